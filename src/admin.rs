@@ -1,0 +1,82 @@
+//! The HTTP admin server (envoyproxy/ratelimit's port 8080 duties): health probes, the
+//! `/json` decision endpoint and `/rlconfig`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::config::Config;
+use crate::json::{parse_request, render_response};
+use crate::pb::rls::rate_limit_response::Code;
+use crate::service::{CallError, RateLimiter};
+use crate::store::Store;
+
+pub struct AdminState<S> {
+    pub limiter: Arc<RateLimiter<S>>,
+    pub config: Arc<ArcSwap<Config>>,
+    /// Readiness as the health task last saw it.
+    pub ready: Arc<AtomicBool>,
+}
+
+pub fn router<S: Store>(state: Arc<AdminState<S>>) -> Router {
+    Router::new()
+        .route("/healthcheck", get(healthcheck::<S>))
+        .route("/readyz", get(readyz::<S>))
+        .route("/healthz", get(|| async { "OK" }))
+        .route("/json", post(json::<S>))
+        .route("/rlconfig", get(rlconfig::<S>))
+        .with_state(state)
+}
+
+/// envoyproxy/ratelimit's health check: `200 OK` when serving, an empty 500 otherwise.
+async fn healthcheck<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
+    if st.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "OK").into_response()
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR.into_response()
+    }
+}
+
+async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
+    if st.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "OK").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "NOT READY").into_response()
+    }
+}
+
+async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> String {
+    st.config.load().describe()
+}
+
+/// Proto3 JSON decision: 200 OK, 429 over limit, 400 bad input, 503 store unavailable.
+async fn json<S: Store>(State(st): State<Arc<AdminState<S>>>, body: Bytes) -> Response {
+    let req = match parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
+    };
+    match st.limiter.should_rate_limit(&req).await {
+        Ok(resp) => {
+            let status = if resp.overall_code == Code::OverLimit as i32 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (
+                status,
+                [(header::CONTENT_TYPE, "application/json")],
+                render_response(&resp).to_string(),
+            )
+                .into_response()
+        }
+        Err(CallError::InvalidArgument(m)) => (StatusCode::BAD_REQUEST, m).into_response(),
+        Err(CallError::Unavailable(m)) => (StatusCode::SERVICE_UNAVAILABLE, m).into_response(),
+    }
+}

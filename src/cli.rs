@@ -1,0 +1,125 @@
+//! The command line: `serve`, `check-config` and `query`. Every flag can also be set with a
+//! `TOLLGATE_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::service::FailureMode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "Envoy-compatible gRPC rate-limit decision service"
+)]
+pub struct Cli {
+    /// Log filter (tracing-subscriber syntax), e.g. `info` or `tollgate=debug`.
+    #[arg(long, global = true, env = "TOLLGATE_LOG", default_value = "info")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the rate limit service.
+    Serve(ServeArgs),
+    /// Validate a config file or directory and print the compiled limits.
+    CheckConfig(CheckConfigArgs),
+    /// Ask a running service one ShouldRateLimit question and print the answer.
+    Query(QueryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Config file, or directory of YAML files (envoyproxy/ratelimit format).
+    #[arg(long, env = "TOLLGATE_CONFIG")]
+    pub config: PathBuf,
+    /// gRPC listen address (ShouldRateLimit and grpc.health.v1).
+    #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    pub grpc_addr: SocketAddr,
+    /// HTTP admin listen address (/healthcheck, /healthz, /readyz, /json, /rlconfig).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+    /// Allow several files to declare one domain; their descriptors are merged.
+    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+    /// How often to check the config for changes, e.g. `5s`; `off` disables reloading.
+    #[arg(long, env = "TOLLGATE_CONFIG_RELOAD_INTERVAL", default_value = "5s")]
+    pub config_reload_interval: String,
+    /// Global shadow mode: statuses report the truth, but the overall code is always OK.
+    #[arg(long, env = "TOLLGATE_SHADOW_MODE")]
+    pub shadow_mode: bool,
+    /// Charge every descriptor on every request, even when the request is over the limit
+    /// (envoyproxy/ratelimit's behaviour). Off: a denied request charges nothing.
+    #[arg(long, env = "TOLLGATE_COUNT_REJECTED")]
+    pub count_rejected: bool,
+    /// Add RateLimit-Limit / -Remaining / -Reset (and Retry-After when over) to responses.
+    #[arg(long, env = "TOLLGATE_RESPONSE_HEADERS")]
+    pub response_headers: bool,
+    #[arg(long, env = "TOLLGATE_HEADER_LIMIT", default_value = "RateLimit-Limit")]
+    pub header_limit: String,
+    #[arg(
+        long,
+        env = "TOLLGATE_HEADER_REMAINING",
+        default_value = "RateLimit-Remaining"
+    )]
+    pub header_remaining: String,
+    #[arg(long, env = "TOLLGATE_HEADER_RESET", default_value = "RateLimit-Reset")]
+    pub header_reset: String,
+    #[arg(
+        long,
+        env = "TOLLGATE_HEADER_RETRY_AFTER",
+        default_value = "Retry-After"
+    )]
+    pub header_retry_after: String,
+    /// Add dynamic metadata (domain, descriptors, rule metadata) to responses.
+    #[arg(long, env = "TOLLGATE_DYNAMIC_METADATA")]
+    pub dynamic_metadata: bool,
+    /// Most descriptors one request may carry.
+    #[arg(long, env = "TOLLGATE_MAX_DESCRIPTORS", default_value_t = 64)]
+    pub max_descriptors: usize,
+    /// Most entries one descriptor may carry.
+    #[arg(long, env = "TOLLGATE_MAX_ENTRIES", default_value_t = 16)]
+    pub max_entries: usize,
+    /// Longest entry key or value, in bytes.
+    #[arg(long, env = "TOLLGATE_MAX_VALUE_LEN", default_value_t = 1024)]
+    pub max_value_len: usize,
+    /// What to answer when the store fails: error (gRPC UNAVAILABLE), allow, deny.
+    #[arg(
+        long,
+        env = "TOLLGATE_FAILURE_MODE",
+        value_enum,
+        default_value = "error"
+    )]
+    pub failure_mode: FailureMode,
+    /// Time between readiness going NOT_SERVING and the listeners closing on shutdown.
+    #[arg(long, env = "TOLLGATE_DRAIN_DELAY", default_value = "0s")]
+    pub drain_delay: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// Config file or directory.
+    #[arg(env = "TOLLGATE_CONFIG")]
+    pub path: PathBuf,
+    #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
+    pub merge_domains: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Server URL, e.g. http://127.0.0.1:8081.
+    #[arg(long, env = "TOLLGATE_ADDR", default_value = "http://127.0.0.1:8081")]
+    pub addr: String,
+    #[arg(long, env = "TOLLGATE_DOMAIN")]
+    pub domain: String,
+    /// One descriptor as `key=value,key2=value2` (repeat for several descriptors).
+    #[arg(long = "descriptor", required = true)]
+    pub descriptors: Vec<String>,
+    /// The request's hits_addend.
+    #[arg(long)]
+    pub hits: Option<u32>,
+}

@@ -1,0 +1,174 @@
+//! Validates a parsed YAML file and compiles it into a [`Domain`] match tree.
+//!
+//! Error wording follows envoyproxy/ratelimit where it has one, prefixed with the file and,
+//! for rules, the composite key (`domain.key_value.key2`) that locates the rule.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::raw::{RawFile, RawLimit, RawRule};
+use super::{ConfigError, Domain, Level, Pattern, Rule};
+use crate::limit::{default_key_suffix, parse_duration, Algorithm, Limit, LimitParams, Unit};
+
+/// Parses and compiles one YAML file's text. `file` names it in errors.
+pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
+    let raw: RawFile = if text.trim().is_empty() {
+        RawFile::default()
+    } else {
+        serde_yaml::from_str(text).map_err(|e| ConfigError::yaml(file, &e))?
+    };
+    let err = |msg: String| ConfigError::new(file, None, msg);
+    let domain = match raw.domain {
+        Some(d) if !d.is_empty() => d,
+        _ => return Err(err("config file cannot have empty domain".into())),
+    };
+    let mut root = Level::default();
+    for rule in raw.descriptors.unwrap_or_default() {
+        compile_rule(&domain, rule, &mut root).map_err(err)?;
+    }
+    Ok(Domain { name: domain, root })
+}
+
+fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(), String> {
+    let key = match raw.key {
+        Some(k) if !k.is_empty() => k,
+        _ => return Err(format!("'{parent_key}': descriptor has empty key")),
+    };
+    let value = raw.value.unwrap_or_default();
+    let full_key = if value.is_empty() {
+        format!("{parent_key}.{key}")
+    } else {
+        format!("{parent_key}.{key}_{value}")
+    };
+    let at = |msg: &str| format!("'{full_key}': {msg}");
+    let pattern = if value.is_empty() {
+        Pattern::Any
+    } else if let Some(prefix) = value.strip_suffix('*') {
+        Pattern::Prefix(prefix.to_string())
+    } else {
+        Pattern::Exact(value.clone())
+    };
+    if raw.share_threshold && !matches!(pattern, Pattern::Prefix(_)) {
+        return Err(format!(
+            "share_threshold can only be used with wildcard values (ending with '*'), but found key '{full_key}'"
+        ));
+    }
+
+    let mut raw_limits: Vec<RawLimit> = raw.rate_limit.into_iter().collect();
+    raw_limits.extend(raw.rate_limits.unwrap_or_default());
+    let mut limits = Vec::with_capacity(raw_limits.len());
+    let mut unlimited = false;
+    let mut unlimited_replaces = Vec::new();
+    let mut suffixes = HashSet::new();
+    let n_limits = raw_limits.len();
+    for (i, rl) in raw_limits.into_iter().enumerate() {
+        let replaces = compile_replaces(&rl).map_err(|m| at(&m))?;
+        if rl.unlimited {
+            if rl.unit.as_deref().is_some_and(|u| !u.is_empty()) {
+                return Err(at("should not specify rate limit unit when unlimited"));
+            }
+            if n_limits > 1 {
+                return Err(at(
+                    "an unlimited rate limit cannot be combined with other limits",
+                ));
+            }
+            unlimited = true;
+            unlimited_replaces = replaces;
+            continue;
+        }
+        let mut limit = compile_limit(rl, replaces).map_err(|m| at(&m))?;
+        if !suffixes.insert(limit.key_suffix.clone()) {
+            limit.key_suffix.push_str(&format!("#{i}"));
+            suffixes.insert(limit.key_suffix.clone());
+        }
+        limits.push(Arc::new(limit));
+    }
+    let metadata = match raw.metadata {
+        None => None,
+        Some(m) => match serde_json::to_value(&m) {
+            Ok(serde_json::Value::Object(map)) => Some(map),
+            _ => return Err(at("metadata must be a map with string keys")),
+        },
+    };
+
+    let mut children = Level::default();
+    for child in raw.descriptors.unwrap_or_default() {
+        compile_rule(&full_key, child, &mut children)?;
+    }
+    let rule = Rule {
+        key,
+        pattern,
+        limits,
+        unlimited,
+        unlimited_replaces,
+        shadow_mode: raw.shadow_mode,
+        quota_mode: raw.quota_mode,
+        hierarchical: raw.hierarchical,
+        share_threshold: raw.share_threshold,
+        detailed_metric: raw.detailed_metric,
+        value_to_metric: raw.value_to_metric,
+        metadata,
+        full_key,
+        children,
+    };
+    level
+        .insert(rule)
+        .map_err(|k| format!("duplicate descriptor composite key '{k}'"))
+}
+
+fn compile_replaces(rl: &RawLimit) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for r in rl.replaces.iter().flatten() {
+        let name = r.name.clone().unwrap_or_default();
+        if name.is_empty() {
+            return Err("should not have an empty replaces entry".into());
+        }
+        if rl.name.as_deref() == Some(name.as_str()) {
+            return Err("replaces should not contain name of same descriptor".into());
+        }
+        out.push(name);
+    }
+    Ok(out)
+}
+
+fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
+    let unit_text = rl.unit.unwrap_or_default();
+    let unit =
+        Unit::parse(&unit_text).ok_or_else(|| format!("invalid rate limit unit '{unit_text}'"))?;
+    let requests_per_unit = rl.requests_per_unit.unwrap_or(0);
+    let algorithm = match rl.algorithm.as_deref() {
+        None => Algorithm::FixedWindow,
+        Some(a) => Algorithm::parse(a).ok_or_else(|| {
+            format!(
+                "invalid algorithm '{a}': expected fixed_window, sliding_window or token_bucket"
+            )
+        })?,
+    };
+    let window_us = match rl.window.as_deref() {
+        None => unit.seconds() * 1_000_000,
+        Some(w) => parse_duration(w).ok_or_else(|| {
+            format!("invalid window '{w}': expected a positive duration like 500ms, 90s, 5m, 1h, 1d, 1w")
+        })?,
+    };
+    let burst = match (rl.burst, algorithm) {
+        (None, _) => requests_per_unit as u64,
+        (Some(b), Algorithm::TokenBucket) if b > 0 => b,
+        (Some(_), Algorithm::TokenBucket) => return Err("burst must be at least 1".into()),
+        (Some(_), _) => return Err("burst is only valid with algorithm token_bucket".into()),
+    };
+    if algorithm == Algorithm::TokenBucket && requests_per_unit == 0 {
+        return Err("a token_bucket limit needs requests_per_unit of at least 1".into());
+    }
+    let params = LimitParams {
+        algorithm,
+        limit: requests_per_unit as u64,
+        window_us,
+        burst,
+        overdraft: rl.overdraft,
+    };
+    let mut limit = Limit::new(rl.name.unwrap_or_default(), unit, requests_per_unit, params);
+    limit.shared = rl.shared;
+    limit.replaces = replaces;
+    limit.key_suffix = default_key_suffix(&params);
+    Ok(limit)
+}

@@ -1,0 +1,159 @@
+//! Reading config from disk: one file, or every YAML file of a directory (Kubernetes
+//! ConfigMap mounts included: dotfiles and the `..data` / `..2024_…` entries are skipped).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::{compile_file, Config, Domain, Level};
+
+/// A config problem a user can act on: which file, where, what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(file: &str, line: Option<usize>, message: String) -> ConfigError {
+        ConfigError {
+            file: file.to_string(),
+            line,
+            message,
+        }
+    }
+
+    pub(super) fn yaml(file: &str, e: &serde_yaml::Error) -> ConfigError {
+        let line = e.location().map(|l| l.line());
+        // serde_yaml appends " at line N column M"; the line is reported separately.
+        let text = e.to_string();
+        let message = match text.find(" at line ") {
+            Some(i) => text[..i].to_string(),
+            None => text,
+        };
+        ConfigError::new(
+            file,
+            line,
+            format!(
+                "error loading config file: {}",
+                message.replace("field", "key")
+            ),
+        )
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}: line {}: {}", self.file, line, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Several files may declare one domain; their rules are merged (envoyproxy/ratelimit's
+    /// `MERGE_DOMAIN_CONFIG`).
+    pub merge_domains: bool,
+}
+
+/// Loads a file, or every `*.yaml` / `*.yml` file directly in a directory.
+pub fn load_path(path: &Path, opts: LoadOptions) -> Result<Config, ConfigError> {
+    compile_sources(&read_sources(path)?, opts)
+}
+
+/// The config's files as `(name, text)`, in a stable order.
+pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let display = path.display().to_string();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| ConfigError::new(&display, None, format!("cannot read config: {e}")))?;
+    let files = if meta.is_dir() {
+        list_yaml(path)
+            .map_err(|e| ConfigError::new(&display, None, format!("cannot list: {e}")))?
+    } else {
+        vec![path.to_path_buf()]
+    };
+    files
+        .into_iter()
+        .map(|file| {
+            let name = file.display().to_string();
+            std::fs::read_to_string(&file)
+                .map(|text| (name.clone(), text))
+                .map_err(|e| ConfigError::new(&name, None, format!("cannot read: {e}")))
+        })
+        .collect()
+}
+
+/// Compiles `(name, text)` sources into one config.
+pub fn compile_sources(
+    sources: &[(String, String)],
+    opts: LoadOptions,
+) -> Result<Config, ConfigError> {
+    let mut config = Config::default();
+    for (name, text) in sources {
+        let domain = compile_file(name, text)?;
+        add_domain(&mut config, domain, name, opts)?;
+    }
+    Ok(config)
+}
+
+fn list_yaml(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+            continue;
+        }
+        // Follows symlinks (ConfigMap files are links into `..data`).
+        if std::fs::metadata(entry.path())?.is_file() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn add_domain(
+    config: &mut Config,
+    domain: Domain,
+    file: &str,
+    opts: LoadOptions,
+) -> Result<(), ConfigError> {
+    match config.domains.get_mut(&domain.name) {
+        None => {
+            config.domains.insert(domain.name.clone(), domain);
+            Ok(())
+        }
+        Some(_) if !opts.merge_domains => Err(ConfigError::new(
+            file,
+            None,
+            format!("duplicate domain '{}' in config file", domain.name),
+        )),
+        Some(existing) => merge_level(&mut existing.root, domain.root).map_err(|k| {
+            ConfigError::new(
+                file,
+                None,
+                format!("duplicate descriptor composite key '{k}'"),
+            )
+        }),
+    }
+}
+
+fn merge_level(into: &mut Level, from: Level) -> Result<(), String> {
+    for (_, rules) in from.keys {
+        for rule in rules
+            .exact
+            .into_values()
+            .chain(rules.wildcards)
+            .chain(rules.any)
+        {
+            into.insert(rule)?;
+        }
+    }
+    Ok(())
+}

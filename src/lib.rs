@@ -1,0 +1,22 @@
+//! tollgate: an Envoy-compatible gRPC rate-limit decision service.
+//!
+//! A request flows one way: [`service`] validates ([`validate`]), plans against the current
+//! [`config`] ([`plan`]), lets a [`store`] decide atomically ([`algorithm`]), and maps the
+//! [`decision`] back to Envoy's response.
+
+pub mod admin;
+pub mod algorithm;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod decision;
+pub mod json;
+pub mod limit;
+pub mod pb;
+pub mod plan;
+pub mod query;
+pub mod server;
+pub mod service;
+pub mod shutdown;
+pub mod store;
+pub mod validate;

@@ -1,0 +1,278 @@
+//! What a limit *is*: its unit, rate, window, algorithm and flags, compiled from
+//! config (or from a request's `limit` override) into the numbers the stores use.
+//!
+//! `LimitParams` is the part the algorithms need; it is `Copy` so stores can
+//! carry it without touching the rest (names, replaces) on the hot path.
+
+use std::fmt;
+
+/// The unit a limit is expressed in, as the response reports it.
+/// Durations follow envoyproxy/ratelimit: month = 30 days, year = 365 days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    pub fn parse(s: &str) -> Option<Unit> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    pub fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        }
+    }
+
+    /// The proto enum number (`RateLimitResponse.RateLimit.Unit` and `envoy.type.v3.RateLimitUnit`
+    /// share numbering).
+    pub fn proto(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    pub fn from_proto(n: i32) -> Option<Unit> {
+        Some(match n {
+            1 => Unit::Second,
+            2 => Unit::Minute,
+            3 => Unit::Hour,
+            4 => Unit::Day,
+            5 => Unit::Month,
+            6 => Unit::Year,
+            7 => Unit::Week,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Epoch-aligned fixed windows, as envoyproxy/ratelimit.
+    FixedWindow,
+    /// Exact trailing window over a log of charges.
+    SlidingWindow,
+    /// GCRA: one theoretical arrival time per key.
+    TokenBucket,
+}
+
+impl Algorithm {
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        Some(match s {
+            "fixed_window" => Algorithm::FixedWindow,
+            "sliding_window" => Algorithm::SlidingWindow,
+            "token_bucket" => Algorithm::TokenBucket,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::TokenBucket => "token_bucket",
+        }
+    }
+
+    /// One letter used in counter keys, so limits with different algorithms never share state.
+    pub fn tag(self) -> char {
+        match self {
+            Algorithm::FixedWindow => 'f',
+            Algorithm::SlidingWindow => 's',
+            Algorithm::TokenBucket => 't',
+        }
+    }
+}
+
+/// The numbers an algorithm needs. All times are microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitParams {
+    pub algorithm: Algorithm,
+    /// Requests (or cost units) allowed per window; for a token bucket, the refill per window.
+    pub limit: u64,
+    pub window_us: u64,
+    /// Token bucket capacity (defaults to `limit`); equal to `limit` for the other algorithms.
+    pub burst: u64,
+    /// Charges always land; the limit answers OVER_LIMIT while nothing is left.
+    pub overdraft: bool,
+}
+
+impl LimitParams {
+    /// The most one request can ever be granted: a cost above this can never succeed.
+    pub fn capacity(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::TokenBucket => self.burst,
+            _ => self.limit,
+        }
+    }
+}
+
+/// A compiled limit: what to enforce and what to report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// `name` from config; empty when none was given.
+    pub name: String,
+    pub unit: Unit,
+    pub requests_per_unit: u32,
+    pub params: LimitParams,
+    /// One counter for every value the rule matches (the global level).
+    pub shared: bool,
+    /// Names of limits this one replaces when both apply to one request.
+    pub replaces: Vec<String>,
+    /// Suffix that makes this limit's counter key distinct from other limits of the same rule.
+    pub key_suffix: String,
+}
+
+impl Limit {
+    /// A limit built from its parts; `key_suffix` is derived from the algorithm and window.
+    pub fn new(name: String, unit: Unit, requests_per_unit: u32, params: LimitParams) -> Limit {
+        let key_suffix = default_key_suffix(&params);
+        Limit {
+            name,
+            unit,
+            requests_per_unit,
+            params,
+            shared: false,
+            replaces: Vec::new(),
+            key_suffix,
+        }
+    }
+
+    /// A request's `limit` override: a fixed window of one unit, as envoyproxy/ratelimit.
+    pub fn from_override(requests_per_unit: u32, unit: Unit) -> Limit {
+        let window_us = unit.seconds() * 1_000_000;
+        Limit::new(
+            String::new(),
+            unit,
+            requests_per_unit,
+            LimitParams {
+                algorithm: Algorithm::FixedWindow,
+                limit: requests_per_unit as u64,
+                window_us,
+                burst: requests_per_unit as u64,
+                overdraft: false,
+            },
+        )
+    }
+}
+
+/// `f60`, `s300`, `t60b20`, with `o` for overdraft: the state's shape, not its rate, so a
+/// changed `requests_per_unit` keeps counting (as envoyproxy/ratelimit) but a changed window,
+/// algorithm or bucket never reads another shape's state.
+pub fn default_key_suffix(p: &LimitParams) -> String {
+    let mut s = String::with_capacity(16);
+    s.push(p.algorithm.tag());
+    s.push_str(&format_window(p.window_us));
+    if p.algorithm == Algorithm::TokenBucket {
+        s.push_str(&format!("r{}b{}", p.limit, p.burst));
+    }
+    if p.overdraft {
+        s.push('o');
+    }
+    s
+}
+
+fn format_window(window_us: u64) -> String {
+    if window_us.is_multiple_of(1_000_000) {
+        format!("{}", window_us / 1_000_000)
+    } else {
+        format!("{}ms", window_us / 1_000)
+    }
+}
+
+/// Parses `90s`, `5m`, `1h`, `2d`, `1w`, `500ms` into microseconds.
+pub fn parse_duration(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let us_per = match unit {
+        "ms" => 1_000,
+        "s" => 1_000_000,
+        "m" => 60_000_000,
+        "h" => 3_600_000_000,
+        "d" => 86_400_000_000,
+        "w" => 7 * 86_400_000_000,
+        _ => return None,
+    };
+    n.checked_mul(us_per).filter(|&us| us > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("90s"), Some(90_000_000));
+        assert_eq!(parse_duration("5m"), Some(300_000_000));
+        assert_eq!(parse_duration("1h"), Some(3_600_000_000));
+        assert_eq!(parse_duration("250ms"), Some(250_000));
+        assert_eq!(parse_duration("0s"), None);
+        assert_eq!(parse_duration("5"), None);
+        assert_eq!(parse_duration("m"), None);
+        assert_eq!(parse_duration("5 parsecs"), None);
+    }
+
+    #[test]
+    fn units_round_trip_through_proto() {
+        for u in [
+            Unit::Second,
+            Unit::Minute,
+            Unit::Hour,
+            Unit::Day,
+            Unit::Week,
+            Unit::Month,
+            Unit::Year,
+        ] {
+            assert_eq!(Unit::from_proto(u.proto()), Some(u));
+            assert_eq!(Unit::parse(u.name()), Some(u));
+        }
+        assert_eq!(Unit::from_proto(0), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! The `tollgate` binary: parses the command line and runs one subcommand.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tollgate::cli::{Cli, Command, ServeArgs};
+use tollgate::clock::SystemClock;
+use tollgate::config::{load_path, LoadOptions};
+use tollgate::limit::parse_duration;
+use tollgate::server::{self, ServerOptions};
+use tollgate::service::{HeaderNames, Settings};
+use tollgate::shutdown::Shutdown;
+use tollgate::store::memory::MemoryStore;
+use tollgate::validate::Bounds;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::CheckConfig(args) => {
+                let config = load_path(
+                    &args.path,
+                    LoadOptions {
+                        merge_domains: args.merge_domains,
+                    },
+                )?;
+                print!("{}", config.describe());
+                Ok(())
+            }
+            Command::Query(args) => {
+                let out =
+                    tollgate::query::run(&args.addr, &args.domain, &args.descriptors, args.hits)
+                        .await?;
+                print!("{out}");
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn duration_flag(name: &str, value: &str) -> anyhow::Result<Option<Duration>> {
+    match value {
+        "off" => Ok(None),
+        "0" | "0s" => Ok(Some(Duration::ZERO)),
+        v => parse_duration(v)
+            .map(|us| Some(Duration::from_micros(us)))
+            .ok_or_else(|| anyhow::anyhow!("--{name}: '{v}' is not a duration like 500ms, 5s, 1m")),
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let settings = Settings {
+        count_rejected: args.count_rejected,
+        global_shadow: args.shadow_mode,
+        headers: args.response_headers.then(|| HeaderNames {
+            limit: args.header_limit.clone(),
+            remaining: args.header_remaining.clone(),
+            reset: args.header_reset.clone(),
+            retry_after: args.header_retry_after.clone(),
+        }),
+        dynamic_metadata: args.dynamic_metadata,
+        bounds: Bounds {
+            max_descriptors: args.max_descriptors,
+            max_entries: args.max_entries,
+            max_value_len: args.max_value_len,
+        },
+        failure_mode: args.failure_mode,
+    };
+    let reload = duration_flag("config-reload-interval", &args.config_reload_interval)?
+        .filter(|d| !d.is_zero());
+    let opts = ServerOptions {
+        grpc_addr: args.grpc_addr,
+        http_addr: args.http_addr,
+        config_path: args.config.clone(),
+        load: LoadOptions {
+            merge_domains: args.merge_domains,
+        },
+        settings,
+        reload_interval: reload,
+        drain_delay: duration_flag("drain-delay", &args.drain_delay)?.unwrap_or_default(),
+    };
+    let shutdown = Shutdown::new();
+    shutdown.on_signals();
+    let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
+    let running = server::start(opts, store, shutdown).await?;
+    running.wait().await
+}

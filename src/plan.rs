@@ -1,0 +1,299 @@
+//! Planning: `(Config, request) -> Plan`, pure and allocation-light.
+//!
+//! For each descriptor of the request, walk the domain's match tree as envoyproxy/ratelimit
+//! does (exact beats wildcard beats key-only; no backtracking; a limit applies only at the
+//! request's exact depth), add the limits of `hierarchical` rules passed on the way, apply a
+//! `limit` override and `replaces`, and emit one [`Charge`] per limit: its counter key, the
+//! limit, the cost, and its role in the decision.
+//!
+//! Counter keys are `{tag}rest`. The hash tag is the domain plus the first entry, so one
+//! tenant's keys share a Redis Cluster slot; a `shared` limit gets a tag of its own.
+//! Keys and values are escaped, so no value can move a key to another slot or make two
+//! descriptors share a counter (`a`+`b_c` and `a_b`+`c` stay apart).
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use crate::algorithm::Role;
+use crate::config::{Config, Pattern, Rule};
+use crate::limit::{Limit, Unit};
+use crate::pb::common::RateLimitDescriptor;
+use crate::pb::rls::RateLimitRequest;
+
+/// Everything a request will charge, and how each descriptor is answered.
+#[derive(Debug)]
+pub struct Plan<'c> {
+    pub descriptors: Vec<DescriptorPlan<'c>>,
+    pub charges: Vec<Charge<'c>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DescriptorKind {
+    /// Nothing in the config applies: OK without a limit.
+    NoLimit,
+    /// `unlimited: true`: OK, remaining u32::MAX.
+    Unlimited,
+    /// Answered from its charges.
+    Limited,
+}
+
+#[derive(Debug)]
+pub struct DescriptorPlan<'c> {
+    pub kind: DescriptorKind,
+    /// This descriptor's charges in `Plan::charges`.
+    pub charges: Range<usize>,
+    /// `quota_mode` on the matched rule.
+    pub quota: bool,
+    /// The matched rule's `metadata`.
+    pub metadata: Option<&'c serde_json::Map<String, serde_json::Value>>,
+}
+
+/// One limit charged by one descriptor.
+#[derive(Debug)]
+pub struct Charge<'c> {
+    pub descriptor: usize,
+    pub limit: Cow<'c, Limit>,
+    /// The counter key, `{tag}rest`, without any store prefix.
+    pub key: String,
+    pub cost: u64,
+    pub role: Role,
+}
+
+impl Charge<'_> {
+    /// The hash tag (between the leading braces): keys with one tag share a Redis slot.
+    pub fn tag(&self) -> &str {
+        tag_of(&self.key)
+    }
+}
+
+/// The hash tag of a planned key.
+pub fn tag_of(key: &str) -> &str {
+    key.strip_prefix('{')
+        .and_then(|k| k.split_once('}'))
+        .map_or("", |(tag, _)| tag)
+}
+
+/// A request the plan cannot be built for (the caller's fault: `INVALID_ARGUMENT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanError(pub String);
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A limit found for a descriptor before `replaces` is applied.
+struct Candidate<'c> {
+    descriptor: usize,
+    limit: Cow<'c, Limit>,
+    /// Depth of the rule that owns the limit: its key covers entries `0..=depth`.
+    depth: usize,
+    role: Role,
+}
+
+pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, PlanError> {
+    let n = req.descriptors.len();
+    let mut descriptors = Vec::with_capacity(n);
+    let Some(domain) = config.domains.get(&req.domain) else {
+        descriptors.resize_with(n, || DescriptorPlan {
+            kind: DescriptorKind::NoLimit,
+            charges: 0..0,
+            quota: false,
+            metadata: None,
+        });
+        return Ok(Plan {
+            descriptors,
+            charges: Vec::new(),
+        });
+    };
+
+    let mut paths: Vec<Vec<&'c Rule>> = Vec::with_capacity(n);
+    let mut candidates: Vec<Candidate<'c>> = Vec::new();
+    let mut replaced: Vec<&'c str> = Vec::new();
+    for (i, d) in req.descriptors.iter().enumerate() {
+        let path = match_path(&domain.root, d);
+        let matched = !d.entries.is_empty() && path.len() == d.entries.len();
+        let rule = if matched { path.last().copied() } else { None };
+        let quota = rule.is_some_and(|r| r.quota_mode);
+        let role_of = |r: &Rule| match (r.shadow_mode, quota) {
+            (true, _) => Role::Shadow,
+            (false, true) => Role::Quota {
+                descriptor: i as u32,
+            },
+            (false, false) => Role::Enforced,
+        };
+        let kind = if let Some(ov) = &d.limit {
+            let unit = check_override(i, ov.requests_per_unit, ov.unit)?;
+            candidates.push(Candidate {
+                descriptor: i,
+                limit: Cow::Owned(Limit::from_override(ov.requests_per_unit, unit)),
+                depth: d.entries.len().saturating_sub(1),
+                role: Role::Enforced,
+            });
+            DescriptorKind::Limited
+        } else if let Some(r) = rule.filter(|r| r.unlimited) {
+            replaced.extend(r.unlimited_replaces.iter().map(String::as_str));
+            DescriptorKind::Unlimited
+        } else {
+            let before = candidates.len();
+            for (depth, r) in path.iter().enumerate() {
+                // The matched rule's limits, plus those of hierarchical rules passed through.
+                if !(depth + 1 == d.entries.len() || r.hierarchical) {
+                    continue;
+                }
+                for limit in &r.limits {
+                    replaced.extend(limit.replaces.iter().map(String::as_str));
+                    candidates.push(Candidate {
+                        descriptor: i,
+                        limit: Cow::Borrowed(limit.as_ref()),
+                        depth,
+                        role: role_of(r),
+                    });
+                }
+            }
+            if candidates.len() > before {
+                DescriptorKind::Limited
+            } else {
+                DescriptorKind::NoLimit
+            }
+        };
+        descriptors.push(DescriptorPlan {
+            kind,
+            charges: 0..0,
+            quota,
+            metadata: rule.and_then(|r| r.metadata.as_ref()),
+        });
+        paths.push(path);
+    }
+
+    let cost_of = |i: usize| match req.descriptors[i].hits_addend {
+        Some(h) => h,
+        None => u64::from(req.hits_addend.max(1)),
+    };
+    let mut charges = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        if !c.limit.name.is_empty() && replaced.contains(&c.limit.name.as_str()) {
+            continue;
+        }
+        let d = &req.descriptors[c.descriptor];
+        let key = counter_key(&domain.name, d, &paths[c.descriptor], c.depth, &c.limit);
+        let range = &mut descriptors[c.descriptor].charges;
+        if range.start == range.end {
+            *range = charges.len()..charges.len();
+        }
+        range.end += 1;
+        charges.push(Charge {
+            descriptor: c.descriptor,
+            cost: cost_of(c.descriptor),
+            limit: c.limit,
+            key,
+            role: c.role,
+        });
+    }
+    for dp in &mut descriptors {
+        if dp.kind == DescriptorKind::Limited && dp.charges.is_empty() {
+            dp.kind = DescriptorKind::NoLimit;
+        }
+    }
+    Ok(Plan {
+        descriptors,
+        charges,
+    })
+}
+
+/// The rules matched level by level, stopping at the first entry with no rule or at a
+/// rule without children (envoyproxy/ratelimit never backtracks).
+fn match_path<'c>(root: &'c crate::config::Level, d: &RateLimitDescriptor) -> Vec<&'c Rule> {
+    let mut path = Vec::with_capacity(d.entries.len());
+    let mut level = root;
+    for e in &d.entries {
+        let Some(rule) = level.lookup(&e.key, &e.value) else {
+            break;
+        };
+        path.push(rule);
+        level = &rule.children;
+        if level.is_empty() {
+            break;
+        }
+    }
+    path
+}
+
+/// `{D|k0=v0}|k1=v1|...|suffix`, or for a shared limit `{D|k0=p0|...|kd=pd|*}|suffix`,
+/// where `p` is the rule's pattern. A `share_threshold` level uses its pattern too.
+fn counter_key(
+    domain: &str,
+    d: &RateLimitDescriptor,
+    path: &[&Rule],
+    depth: usize,
+    limit: &Limit,
+) -> String {
+    let mut key = String::with_capacity(64);
+    key.push('{');
+    escape_into(&mut key, domain);
+    for (j, e) in d.entries.iter().take(depth + 1).enumerate() {
+        if j == 1 && !limit.shared {
+            key.push('}');
+        }
+        key.push('|');
+        escape_into(&mut key, &e.key);
+        key.push('=');
+        match path.get(j) {
+            Some(rule) if limit.shared || rule.share_threshold => {
+                pattern_into(&mut key, &rule.pattern)
+            }
+            _ => escape_into(&mut key, &e.value),
+        }
+    }
+    if limit.shared {
+        key.push_str("|*}");
+    } else if depth == 0 || d.entries.is_empty() {
+        key.push('}');
+    }
+    key.push('|');
+    key.push_str(&limit.key_suffix);
+    key
+}
+
+fn pattern_into(out: &mut String, p: &Pattern) {
+    match p {
+        Pattern::Exact(v) => escape_into(out, v),
+        Pattern::Prefix(prefix) => {
+            escape_into(out, prefix);
+            out.push('*');
+        }
+        Pattern::Any => out.push('*'),
+    }
+}
+
+/// Percent-escapes the characters keys use as structure: `%{}|=*` and controls.
+fn escape_into(out: &mut String, s: &str) {
+    for ch in s.chars() {
+        match ch {
+            '%' | '{' | '}' | '|' | '=' | '*' => {
+                out.push('%');
+                out.push_str(&format!("{:02X}", ch as u32));
+            }
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push('%');
+                out.push_str(&format!("{:02X}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+fn check_override(descriptor: usize, requests_per_unit: u32, unit: i32) -> Result<Unit, PlanError> {
+    let Some(unit) = Unit::from_proto(unit) else {
+        return Err(PlanError(format!(
+            "descriptor {descriptor}: limit override has unit {unit}; expected SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+        )));
+    };
+    if requests_per_unit == 0 {
+        return Err(PlanError(format!(
+            "descriptor {descriptor}: limit override must have requests_per_unit of at least 1"
+        )));
+    }
+    Ok(unit)
+}

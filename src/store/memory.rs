@@ -1,0 +1,149 @@
+//! The in-memory store: the embedded default for a single instance, and the reference the
+//! Redis store is held to.
+//!
+//! Counters live in N shards, each a mutex around a hash map. A request locks only the
+//! shards its keys fall in, in ascending order (so two requests can never deadlock), decides
+//! with [`decide_batch`] and writes back what commits. Expired counters are dropped when
+//! touched and by [`MemoryStore::sweep`], which the server runs periodically, so memory
+//! stays bounded by the live keys.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::{ApplyMode, Outcome, Store, StoreError};
+use crate::algorithm::{decide_batch, expires_at, BatchCharge, Slot, State};
+use crate::clock::Clock;
+use crate::limit::LimitParams;
+use crate::plan::Charge;
+
+const SHARDS: usize = 64;
+
+struct Entry {
+    state: State,
+    expires_at: u64,
+}
+
+type Shard = HashMap<String, Entry>;
+
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemoryStore {
+    pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            clock,
+        }
+    }
+
+    fn shard_of(&self, key: &str) -> usize {
+        (self.hasher.hash_one(key) as usize) % SHARDS
+    }
+
+    /// Drops every expired counter; returns how many remain.
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now_us();
+        self.shards
+            .iter()
+            .map(|s| {
+                let mut s = s.lock();
+                s.retain(|_, e| e.expires_at > now);
+                s.len()
+            })
+            .sum()
+    }
+
+    /// Live counters (including not yet swept expired ones).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn apply_now(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Vec<Outcome> {
+        let now = self.clock.now_us();
+        // Distinct keys become slots; a request has few charges, so linear search is fine.
+        let mut slot_keys: Vec<(&str, usize, LimitParams)> = Vec::with_capacity(charges.len());
+        let mut batch = Vec::with_capacity(charges.len());
+        for c in charges {
+            let slot = match slot_keys.iter().position(|(k, _, _)| *k == c.key) {
+                Some(i) => i,
+                None => {
+                    slot_keys.push((&c.key, self.shard_of(&c.key), c.limit.params));
+                    slot_keys.len() - 1
+                }
+            };
+            batch.push(BatchCharge {
+                slot,
+                params: c.limit.params,
+                cost: c.cost,
+                role: c.role,
+            });
+        }
+        let mut order: Vec<usize> = slot_keys.iter().map(|&(_, s, _)| s).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&s| self.shards[s].lock()).collect();
+        let guard_of = |s: usize| order.binary_search(&s).unwrap_or_default();
+
+        let mut slots: Vec<Slot> = slot_keys
+            .iter()
+            .map(|&(key, s, params)| {
+                let loaded = guards[guard_of(s)]
+                    .get(key)
+                    .filter(|e| e.expires_at > now)
+                    .map(|e| e.state.clone());
+                Slot::new(loaded, &params, now)
+            })
+            .collect();
+        let outcomes = decide_batch(&mut slots, &batch, now, mode.count_rejected);
+        for (slot, &(key, s, params)) in slots.into_iter().zip(&slot_keys) {
+            if !slot.commit {
+                continue;
+            }
+            let map = &mut guards[guard_of(s)];
+            match slot.after {
+                None => {
+                    map.remove(key);
+                }
+                Some(state) => {
+                    let entry = Entry {
+                        expires_at: expires_at(&state, &params),
+                        state,
+                    };
+                    match map.get_mut(key) {
+                        Some(e) => *e = entry,
+                        None => {
+                            map.insert(key.to_string(), entry);
+                        }
+                    }
+                }
+            }
+        }
+        outcomes
+    }
+}
+
+impl Store for MemoryStore {
+    async fn apply(
+        &self,
+        charges: &[Charge<'_>],
+        mode: ApplyMode,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        Ok(self.apply_now(charges, mode))
+    }
+
+    async fn maintain(&self) {
+        self.sweep();
+    }
+}
