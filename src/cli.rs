@@ -98,6 +98,32 @@ pub struct ServeArgs {
     /// Time between readiness going NOT_SERVING and the listeners closing on shutdown.
     #[arg(long, env = "TOLLGATE_DRAIN_DELAY", default_value = "0s")]
     pub drain_delay: String,
+    /// Use Redis instead of the in-memory store: redis://[user:pass@]host:port[/db],
+    /// rediss://… (TLS), redis-cluster://host:port[,host:port…],
+    /// redis-sentinel://host:port[,host:port…]/service[/db].
+    #[arg(long, env = "TOLLGATE_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// File holding the Redis password (overrides one in the URL; never logged).
+    #[arg(long, env = "TOLLGATE_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+    /// Prefix for every Redis key (must not contain braces).
+    #[arg(long, env = "TOLLGATE_REDIS_KEY_PREFIX", default_value = "tg:")]
+    pub redis_key_prefix: String,
+    /// Deadline for one decision's Redis work; past it the failure mode answers.
+    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT", default_value = "10ms")]
+    pub redis_timeout: String,
+    /// Where the Redis scripts take "now" from: redis (TIME, every replica agrees) or local.
+    #[arg(long, env = "TOLLGATE_CLOCK", value_enum, default_value = "redis")]
+    pub clock: ClockArg,
+    /// Entries in the local over-limit cache (Redis store); 0 disables it.
+    #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
+    pub local_cache_size: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockArg {
+    Redis,
+    Local,
 }
 
 #[derive(Debug, Args)]

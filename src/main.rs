@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use tollgate::cli::{Cli, Command, ServeArgs};
+use tollgate::cli::{Cli, ClockArg, Command, ServeArgs};
 use tollgate::clock::SystemClock;
 use tollgate::config::{load_path, LoadOptions};
 use tollgate::limit::parse_duration;
@@ -13,6 +13,7 @@ use tollgate::server::{self, ServerOptions};
 use tollgate::service::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
+use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
 use tollgate::validate::Bounds;
 
 fn main() -> ExitCode {
@@ -109,7 +110,41 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
-    let running = server::start(opts, store, shutdown).await?;
+    let running = match &args.redis_url {
+        None => {
+            let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
+            server::start(opts, store, shutdown).await?
+        }
+        Some(url) => {
+            let password = match &args.redis_password_file {
+                None => None,
+                Some(path) => Some(
+                    std::fs::read_to_string(path)
+                        .map_err(|e| {
+                            anyhow::anyhow!("--redis-password-file {}: {e}", path.display())
+                        })?
+                        .trim_end_matches(['\r', '\n'])
+                        .to_string(),
+                ),
+            };
+            let timeout = duration_flag("redis-timeout", &args.redis_timeout)?
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow::anyhow!("--redis-timeout must be a positive duration"))?;
+            let redis = RedisOptions {
+                url: url.clone(),
+                password,
+                key_prefix: args.redis_key_prefix.clone(),
+                timeout,
+                clock: match args.clock {
+                    ClockArg::Redis => ClockSource::Redis,
+                    ClockArg::Local => ClockSource::Local(Arc::new(SystemClock)),
+                },
+                local_cache_size: args.local_cache_size,
+            };
+            let store =
+                RedisStore::connect(redis, Arc::new(SystemClock)).map_err(anyhow::Error::msg)?;
+            server::start(opts, Arc::new(store), shutdown).await?
+        }
+    };
     running.wait().await
 }

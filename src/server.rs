@@ -117,6 +117,8 @@ pub async fn start<S: Store>(
             shutdown.clone(),
         ));
     }
+    // Readiness must reflect the store before the first probe of `follow_readiness`.
+    store.maintain().await;
     tokio::spawn(upkeep(store.clone(), shutdown.clone()));
 
     let drain = {
@@ -230,7 +232,7 @@ fn report_once(last: &mut Option<String>, error: String) {
 async fn upkeep<S: Store>(store: Arc<S>, shutdown: Shutdown) {
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(5)) => store.maintain().await,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => store.maintain().await,
             _ = shutdown.wait() => return,
         }
     }

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -20,6 +21,8 @@ use crate::limit::LimitParams;
 use crate::plan::Charge;
 
 const SHARDS: usize = 64;
+/// Expired counters are swept at most this often (they are also dropped when touched).
+const SWEEP_EVERY_US: u64 = 5_000_000;
 
 struct Entry {
     state: State,
@@ -32,6 +35,7 @@ pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     clock: Arc<dyn Clock>,
+    last_sweep_us: AtomicU64,
 }
 
 impl MemoryStore {
@@ -40,6 +44,7 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             clock,
+            last_sweep_us: AtomicU64::new(0),
         }
     }
 
@@ -144,6 +149,11 @@ impl Store for MemoryStore {
     }
 
     async fn maintain(&self) {
-        self.sweep();
+        let now = self.clock.now_us();
+        let last = self.last_sweep_us.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= SWEEP_EVERY_US {
+            self.last_sweep_us.store(now, Ordering::Relaxed);
+            self.sweep();
+        }
     }
 }

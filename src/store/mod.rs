@@ -1,7 +1,9 @@
 //! Where counters live. A store executes a plan's charges atomically (all-or-nothing, see
 //! [`crate::algorithm::decide_batch`]) and answers an [`Outcome`] per charge.
 
+mod local_cache;
 pub mod memory;
+pub mod redis;
 
 use std::future::Future;
 

@@ -1,0 +1,589 @@
+//! The Redis store: single node, Sentinel or Redis Cluster, through `fred`.
+//!
+//! A request's charges are split into placement groups by hash tag (see `plan`): every key of
+//! a group lives in one slot, so one `EVALSHA` of `lua/decide.lua` decides and charges the
+//! group atomically. Groups run concurrently (one round trip for the request); when the
+//! request as a whole is denied but a group had charged, `lua/refund.lua` undoes exactly that
+//! group's charges. That can briefly under-admit, never over-admit.
+//!
+//! Every call has a deadline; past it, or on any Redis error, the caller applies the failure
+//! policy. A background task pings every primary to drive readiness, re-syncs the cluster
+//! topology and reloads scripts after changes. A local cache remembers limits known to be
+//! exhausted until a time, so the deny path can skip Redis.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::config::{Options, ReconnectPolicy};
+use futures::future::join_all;
+
+use super::local_cache::LocalCache;
+use super::{ApplyMode, Outcome, Store, StoreError};
+use crate::algorithm::{batch_verdict, BatchVerdict, Role};
+use crate::clock::Clock;
+use crate::limit::Algorithm;
+use crate::plan::Charge;
+
+const DECIDE_LUA: &str = include_str!("../../lua/decide.lua");
+const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
+
+/// Where "now" comes from for the scripts.
+#[derive(Clone)]
+pub enum ClockSource {
+    /// Redis `TIME` inside the script: every replica of tollgate agrees.
+    Redis,
+    /// This instance's clock (or a test's), passed to the script.
+    Local(Arc<dyn Clock>),
+}
+
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// `redis://`, `rediss://`, `redis-cluster://h:p[,h:p…]`, `redis-sentinel://h:p[,h:p…]/service`.
+    pub url: String,
+    /// Overrides any password in the URL.
+    pub password: Option<String>,
+    /// Prepended to every key (outside the hash tag).
+    pub key_prefix: String,
+    /// Deadline for one decision's Redis work.
+    pub timeout: Duration,
+    pub clock: ClockSource,
+    /// Entries in the local over-limit cache; 0 disables it.
+    pub local_cache_size: usize,
+}
+
+pub struct RedisStore {
+    client: Client,
+    decide_sha: String,
+    refund_sha: String,
+    opts: RedisOptions,
+    ready: Arc<AtomicBool>,
+    cache: LocalCache,
+    /// The instance clock, for the local cache.
+    wall: Arc<dyn Clock>,
+}
+
+/// Turns tollgate's URL forms into fred's.
+fn fred_config(url: &str) -> Result<Config, String> {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+        "redis URL must start with redis://, rediss://, redis-cluster:// or redis-sentinel://"
+            .to_string()
+    })?;
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((a, r)) => (format!("{a}@"), r),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = match rest.split_once('/') {
+        Some((h, p)) => (h, p),
+        None => (rest, ""),
+    };
+    let mut hosts = hosts.split(',').filter(|h| !h.is_empty());
+    let first = hosts.next().ok_or("redis URL names no host")?;
+    let others: Vec<String> = hosts.map(|h| format!("node={h}")).collect();
+    let fred_url = match scheme {
+        "redis" | "rediss" => format!("{scheme}://{auth}{first}/{path}"),
+        "redis-cluster" | "rediss-cluster" => {
+            let q = if others.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", others.join("&"))
+            };
+            format!("{scheme}://{auth}{first}{q}")
+        }
+        "redis-sentinel" | "rediss-sentinel" => {
+            let (service, db) = match path.split_once('/') {
+                Some((s, d)) => (s, d),
+                None => (path, ""),
+            };
+            if service.is_empty() {
+                return Err("redis-sentinel:// URL needs the service name: redis-sentinel://host:port[,host:port]/service[/db]".into());
+            }
+            let mut q = vec![format!("sentinelServiceName={service}")];
+            q.extend(others);
+            format!("{scheme}://{auth}{first}/{db}?{}", q.join("&"))
+        }
+        other => return Err(format!("unsupported redis URL scheme '{other}'")),
+    };
+    // fred's messages may quote the URL; ours never carries the password out.
+    Config::from_url(&fred_url).map_err(|e| format!("invalid redis URL ({:?})", e.kind()))
+}
+
+impl RedisStore {
+    /// Creates the client and starts connecting in the background: the store is not ready
+    /// until Redis answers, and keeps retrying with backoff while it does not.
+    pub fn connect(opts: RedisOptions, wall: Arc<dyn Clock>) -> Result<RedisStore, String> {
+        if opts.key_prefix.contains(['{', '}']) {
+            return Err("--redis-key-prefix must not contain '{' or '}'".into());
+        }
+        let mut config = fred_config(&opts.url)?;
+        if let Some(p) = &opts.password {
+            config.password = Some(p.clone());
+        }
+        config.fail_fast = true;
+        let perf = PerformanceConfig {
+            default_command_timeout: opts.timeout,
+            ..Default::default()
+        };
+        let conn = ConnectionConfig {
+            connection_timeout: Duration::from_secs(1),
+            internal_command_timeout: Duration::from_secs(1),
+            max_command_attempts: 1,
+            ..Default::default()
+        };
+        let policy = ReconnectPolicy::new_exponential(0, 50, 1_000, 2);
+        let client = Client::new(config, Some(perf), Some(conn), Some(policy));
+        client.connect();
+        let store = RedisStore {
+            decide_sha: fred::util::sha1_hash(DECIDE_LUA),
+            refund_sha: fred::util::sha1_hash(REFUND_LUA),
+            cache: LocalCache::new(opts.local_cache_size),
+            client,
+            opts,
+            ready: Arc::new(AtomicBool::new(false)),
+            wall,
+        };
+        Ok(store)
+    }
+
+    fn call_options(&self) -> Options {
+        Options {
+            timeout: Some(self.opts.timeout),
+            fail_fast: true,
+            max_attempts: Some(1),
+            ..Default::default()
+        }
+    }
+
+    /// `EVALSHA`, loading the script on every primary and retrying once on NOSCRIPT; retries
+    /// TRYAGAIN / CLUSTERDOWN (resharding, failover) until the caller's deadline.
+    async fn eval(
+        &self,
+        sha: &str,
+        lua: &str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut loaded = false;
+        loop {
+            let res: Result<Vec<i64>, Error> = self
+                .client
+                .with_options(&self.call_options())
+                .evalsha(sha, keys.clone(), args.clone())
+                .await;
+            match res {
+                Ok(v) => return Ok(v),
+                Err(e) if e.details().starts_with("NOSCRIPT") && !loaded => {
+                    loaded = true;
+                    self.client
+                        .script_load_cluster::<(), _>(lua)
+                        .await
+                        .map_err(|e| StoreError(format!("script load failed: {e}")))?;
+                }
+                Err(e)
+                    if e.details().starts_with("TRYAGAIN")
+                        || e.details().starts_with("CLUSTERDOWN") =>
+                {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                Err(e) => return Err(StoreError(format!("redis: {e}"))),
+            }
+        }
+    }
+
+    fn now_arg(&self) -> String {
+        match &self.opts.clock {
+            ClockSource::Redis => String::new(),
+            ClockSource::Local(c) => c.now_us().to_string(),
+        }
+    }
+
+    async fn apply_groups(
+        &self,
+        charges: &[Charge<'_>],
+        mode: ApplyMode,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        let groups = placement_groups(charges);
+        let quota_total = quota_descriptors(charges);
+        let now_arg = self.now_arg();
+        let calls = groups.iter().map(|g| {
+            let keys: Vec<String> = g
+                .keys
+                .iter()
+                .map(|k| format!("{}{}", self.opts.key_prefix, k))
+                .collect();
+            let mut args = Vec::with_capacity(4 + g.charges.len() * 8);
+            args.push(now_arg.clone());
+            args.push(if mode.count_rejected { "1" } else { "0" }.to_string());
+            args.push(quota_total.to_string());
+            args.push(g.charges.len().to_string());
+            for (&ci, &slot) in g.charges.iter().zip(&g.slots) {
+                let c = &charges[ci];
+                let p = &c.limit.params;
+                args.push((slot + 1).to_string());
+                args.push(p.algorithm.tag().to_string());
+                args.push(p.limit.to_string());
+                args.push(p.window_us.to_string());
+                args.push(p.burst.to_string());
+                args.push(if p.overdraft { "1" } else { "0" }.to_string());
+                args.push(c.cost.to_string());
+                args.push(match c.role {
+                    Role::Enforced => "e".to_string(),
+                    Role::Shadow => "s".to_string(),
+                    Role::Quota { descriptor } => format!("q{descriptor}"),
+                });
+            }
+            self.eval(&self.decide_sha, DECIDE_LUA, keys, args)
+        });
+        let replies = join_all(calls).await;
+
+        let mut outcomes = vec![
+            Outcome {
+                allowed: true,
+                remaining: 0,
+                wait_us: None,
+            };
+            charges.len()
+        ];
+        let mut landed = vec![false; charges.len()];
+        let mut group_now = Vec::with_capacity(groups.len());
+        for (g, reply) in groups.iter().zip(replies) {
+            let reply = reply?;
+            if reply.len() != 1 + 4 * g.charges.len() {
+                return Err(StoreError(format!(
+                    "unexpected script reply of {} values",
+                    reply.len()
+                )));
+            }
+            group_now.push(reply[0]);
+            for (i, &ci) in g.charges.iter().enumerate() {
+                let r = &reply[1 + 4 * i..5 + 4 * i];
+                outcomes[ci] = Outcome {
+                    allowed: r[0] == 1,
+                    remaining: r[1].max(0) as u64,
+                    wait_us: (r[2] >= 0).then_some(r[2] as u64),
+                };
+                landed[ci] = r[3] == 1;
+            }
+        }
+
+        if !mode.count_rejected && groups.len() > 1 {
+            let verdict = batch_verdict(
+                charges
+                    .iter()
+                    .zip(&outcomes)
+                    .map(|(c, o)| (c.role, c.limit.params.overdraft, o.allowed)),
+            );
+            let undo = |c: &Charge<'_>| match verdict {
+                BatchVerdict::Admit => false,
+                BatchVerdict::OverdraftOnly => !c.limit.params.overdraft,
+                BatchVerdict::Deny => true,
+            };
+            for (g, &now) in groups.iter().zip(&group_now) {
+                let refund: Vec<usize> = g
+                    .charges
+                    .iter()
+                    .copied()
+                    .filter(|&ci| landed[ci] && undo(&charges[ci]))
+                    .collect();
+                if refund.is_empty() {
+                    continue;
+                }
+                for &ci in &refund {
+                    let o = &mut outcomes[ci];
+                    o.remaining =
+                        (o.remaining + charges[ci].cost).min(charges[ci].limit.params.capacity());
+                }
+                self.spawn_refund(&refund, charges, now);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Refunds run in the background: the answer does not wait for them.
+    fn spawn_refund(&self, refund: &[usize], charges: &[Charge<'_>], now: i64) {
+        let mut keys: Vec<String> = Vec::new();
+        let mut args = vec![now.to_string(), refund.len().to_string()];
+        for &ci in refund {
+            let c = &charges[ci];
+            let key = format!("{}{}", self.opts.key_prefix, c.key);
+            let slot = match keys.iter().position(|k| *k == key) {
+                Some(i) => i,
+                None => {
+                    keys.push(key);
+                    keys.len() - 1
+                }
+            };
+            let p = &c.limit.params;
+            args.extend([
+                (slot + 1).to_string(),
+                p.algorithm.tag().to_string(),
+                p.limit.to_string(),
+                p.window_us.to_string(),
+                c.cost.to_string(),
+            ]);
+        }
+        let client = self.client.clone();
+        let sha = self.refund_sha.clone();
+        let options = Options {
+            timeout: Some(self.opts.timeout.max(Duration::from_millis(500))),
+            ..self.call_options()
+        };
+        tokio::spawn(async move {
+            let mut res: Result<(), Error> = client
+                .with_options(&options)
+                .evalsha(&sha, keys.clone(), args.clone())
+                .await;
+            if matches!(&res, Err(e) if e.details().starts_with("NOSCRIPT")) {
+                if client
+                    .script_load_cluster::<(), _>(REFUND_LUA)
+                    .await
+                    .is_ok()
+                {
+                    res = client
+                        .with_options(&options)
+                        .evalsha(&sha, keys, args)
+                        .await;
+                }
+            }
+            if let Err(e) = res {
+                tracing::warn!(error = %e, "refund failed: the charge stays until its window passes");
+            }
+        });
+    }
+
+    /// Answers from the local over-limit cache when an enforced limit is known to be
+    /// exhausted: then the request is denied and nothing may be charged, so Redis is skipped.
+    fn from_cache(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Option<Vec<Outcome>> {
+        if mode.count_rejected || !self.cache.enabled() {
+            return None;
+        }
+        let now = self.wall.now_us();
+        let mut hit = false;
+        let outcomes: Vec<Outcome> = charges
+            .iter()
+            .map(|c| {
+                let until = (c.role == Role::Enforced && !c.limit.params.overdraft)
+                    .then(|| self.cache.exhausted_until(&c.key, &c.limit.params, now))
+                    .flatten();
+                match until {
+                    Some(t) => {
+                        hit = true;
+                        Outcome {
+                            allowed: false,
+                            remaining: 0,
+                            wait_us: Some(t - now),
+                        }
+                    }
+                    // Not evaluated: the request is denied anyway.
+                    None => Outcome {
+                        allowed: true,
+                        remaining: 0,
+                        wait_us: None,
+                    },
+                }
+            })
+            .collect();
+        hit.then_some(outcomes)
+    }
+
+    fn remember_exhausted(&self, charges: &[Charge<'_>], outcomes: &[Outcome]) {
+        if !self.cache.enabled() {
+            return;
+        }
+        let now = self.wall.now_us();
+        for (c, o) in charges.iter().zip(outcomes) {
+            let p = &c.limit.params;
+            // Exhausted for any cost: nothing left, and the wait is until one unit fits.
+            let wait_fits_one = p.algorithm == Algorithm::FixedWindow || c.cost <= 1;
+            if !o.allowed
+                && o.remaining == 0
+                && !p.overdraft
+                && c.role == Role::Enforced
+                && wait_fits_one
+            {
+                if let Some(w) = o.wait_us.filter(|&w| w > 0) {
+                    self.cache.insert(&c.key, p, now, now + w);
+                }
+            }
+        }
+    }
+
+    /// Pings every primary; re-syncs the topology when one does not answer.
+    async fn probe(&self) -> bool {
+        let timeout = Duration::from_millis(500);
+        let opts = |server: Option<Server>| Options {
+            timeout: Some(timeout),
+            fail_fast: true,
+            max_attempts: Some(1),
+            cluster_node: server,
+            ..Default::default()
+        };
+        if !self.client.is_clustered() {
+            let pong: Result<String, Error> =
+                self.client.with_options(&opts(None)).ping(None).await;
+            return pong.is_ok();
+        }
+        let primaries = self
+            .client
+            .cached_cluster_state()
+            .map(|s| s.unique_primary_nodes())
+            .unwrap_or_default();
+        let mut ok = !primaries.is_empty();
+        for server in primaries {
+            let pong: Result<String, Error> = self
+                .client
+                .with_options(&opts(Some(server)))
+                .ping(None)
+                .await;
+            ok &= pong.is_ok();
+        }
+        if !ok {
+            let _ = tokio::time::timeout(timeout, self.client.sync_cluster()).await;
+        }
+        ok
+    }
+
+    async fn load_scripts(&self) {
+        for lua in [DECIDE_LUA, REFUND_LUA] {
+            if let Err(e) = self.client.script_load_cluster::<(), _>(lua).await {
+                tracing::warn!(error = %e, "loading scripts failed; will load on first use");
+            }
+        }
+    }
+}
+
+/// One placement group: charges sharing a hash tag, with their distinct keys.
+struct Group {
+    keys: Vec<String>,
+    /// Indexes into the request's charges.
+    charges: Vec<usize>,
+    /// Per charge, its key's index in `keys`.
+    slots: Vec<usize>,
+    shared: bool,
+}
+
+/// Groups charges by hash tag: descriptor groups first, shared limits last, each in order of
+/// first appearance (a fixed order for every request).
+fn placement_groups(charges: &[Charge<'_>]) -> Vec<Group> {
+    let mut groups: Vec<(&str, Group)> = Vec::new();
+    for (ci, c) in charges.iter().enumerate() {
+        let tag = c.tag();
+        let gi = match groups.iter().position(|(t, _)| *t == tag) {
+            Some(i) => i,
+            None => {
+                groups.push((
+                    tag,
+                    Group {
+                        keys: Vec::new(),
+                        charges: Vec::new(),
+                        slots: Vec::new(),
+                        shared: tag.ends_with("|*"),
+                    },
+                ));
+                groups.len() - 1
+            }
+        };
+        let g = &mut groups[gi].1;
+        let slot = match g.keys.iter().position(|k| *k == c.key) {
+            Some(s) => s,
+            None => {
+                g.keys.push(c.key.clone());
+                g.keys.len() - 1
+            }
+        };
+        g.charges.push(ci);
+        g.slots.push(slot);
+    }
+    let mut groups: Vec<Group> = groups.into_iter().map(|(_, g)| g).collect();
+    groups.sort_by_key(|g| g.shared);
+    groups
+}
+
+fn quota_descriptors(charges: &[Charge<'_>]) -> usize {
+    let mut seen: Vec<u32> = Vec::new();
+    for c in charges {
+        if let Role::Quota { descriptor } = c.role {
+            if !seen.contains(&descriptor) {
+                seen.push(descriptor);
+            }
+        }
+    }
+    seen.len()
+}
+
+impl Store for RedisStore {
+    async fn apply(
+        &self,
+        charges: &[Charge<'_>],
+        mode: ApplyMode,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        if let Some(outcomes) = self.from_cache(charges, mode) {
+            return Ok(outcomes);
+        }
+        let outcomes = tokio::time::timeout(self.opts.timeout, self.apply_groups(charges, mode))
+            .await
+            .map_err(|_| {
+                StoreError(format!(
+                    "redis did not answer within {:?}",
+                    self.opts.timeout
+                ))
+            })??;
+        self.remember_exhausted(charges, &outcomes);
+        Ok(outcomes)
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    async fn maintain(&self) {
+        let was = self.ready.load(Ordering::Relaxed);
+        let now = self.probe().await;
+        if now && !was {
+            if self.client.is_clustered() {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), self.client.sync_cluster()).await;
+            }
+            self.load_scripts().await;
+            tracing::info!("redis reachable");
+        } else if !now && was {
+            tracing::warn!("redis unreachable");
+        }
+        self.ready.store(now, Ordering::Relaxed);
+        self.cache.sweep(self.wall.now_us());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_translate() {
+        for url in [
+            "redis://127.0.0.1:6379",
+            "redis://user:secret@127.0.0.1:6379/2",
+            "redis-cluster://127.0.0.1:7000",
+            "redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+            "redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+            "rediss://127.0.0.1:6380",
+        ] {
+            assert!(fred_config(url).is_ok(), "{url}");
+        }
+        assert!(fred_config("redis-cluster://127.0.0.1:7000,127.0.0.1:7001")
+            .unwrap()
+            .server
+            .is_clustered());
+        for bad in [
+            "127.0.0.1:6379",
+            "http://x:1",
+            "redis-sentinel://h:1",
+            "redis://",
+        ] {
+            assert!(fred_config(bad).is_err(), "{bad}");
+        }
+        let err = fred_config("bogus://user:hunter2@h:1").unwrap_err();
+        assert!(!err.contains("hunter2"));
+    }
+}
