@@ -25,7 +25,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the rate limit service.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate a config file or directory and print the compiled limits.
     CheckConfig(CheckConfigArgs),
     /// Ask a running service one ShouldRateLimit question and print the answer.

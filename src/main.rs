@@ -38,7 +38,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(args) => serve(*args).await,
             Command::CheckConfig(args) => {
                 let config = load_path(
                     &args.path,

@@ -334,17 +334,16 @@ impl RedisStore {
                 .with_options(&options)
                 .evalsha(&sha, keys.clone(), args.clone())
                 .await;
-            if matches!(&res, Err(e) if e.details().starts_with("NOSCRIPT")) {
-                if client
+            if matches!(&res, Err(e) if e.details().starts_with("NOSCRIPT"))
+                && client
                     .script_load_cluster::<(), _>(REFUND_LUA)
                     .await
                     .is_ok()
-                {
-                    res = client
-                        .with_options(&options)
-                        .evalsha(&sha, keys, args)
-                        .await;
-                }
+            {
+                res = client
+                    .with_options(&options)
+                    .evalsha(&sha, keys, args)
+                    .await;
             }
             if let Err(e) = res {
                 tracing::warn!(error = %e, "refund failed: the charge stays until its window passes");
@@ -354,7 +353,7 @@ impl RedisStore {
 
     /// Answers from the local over-limit cache when an enforced limit is known to be
     /// exhausted: then the request is denied and nothing may be charged, so Redis is skipped.
-    fn from_cache(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Option<Vec<Outcome>> {
+    fn deny_from_cache(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Option<Vec<Outcome>> {
         if mode.count_rejected || !self.cache.enabled() {
             return None;
         }
@@ -518,7 +517,7 @@ impl Store for RedisStore {
         charges: &[Charge<'_>],
         mode: ApplyMode,
     ) -> Result<Vec<Outcome>, StoreError> {
-        if let Some(outcomes) = self.from_cache(charges, mode) {
+        if let Some(outcomes) = self.deny_from_cache(charges, mode) {
             return Ok(outcomes);
         }
         let outcomes = tokio::time::timeout(self.opts.timeout, self.apply_groups(charges, mode))
