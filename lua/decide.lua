@@ -146,7 +146,10 @@ local function remaining(s, c)
 end
 
 local function reset_after(s, c)
-  if s == nil then return 0 end
+  if s == nil then
+    if c.alg == 'f' then return c.window - (now % c.window) end
+    return 0
+  end
   if c.alg == 'f' then return math.max(s.stop - now, 0) end
   if c.alg == 's' then return math.max(s.ts[#s.ts] + c.window - now, 0) end
   return math.ceil(math.max(s.tat - now, 0))

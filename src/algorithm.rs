@@ -143,8 +143,10 @@ pub fn remaining(state: &Option<State>, p: &LimitParams, now: u64) -> u64 {
 }
 
 /// Time until the limit is whole again (nothing used).
+/// An untouched fixed window still reports its window's end, as envoyproxy/ratelimit does.
 pub fn reset_after(state: &Option<State>, p: &LimitParams, now: u64) -> u64 {
     match state {
+        None if p.algorithm == Algorithm::FixedWindow => p.window_us - now % p.window_us,
         None => 0,
         Some(State::Window { end_us, .. }) => end_us.saturating_sub(now),
         Some(State::Log { entries, .. }) => entries

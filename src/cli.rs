@@ -98,6 +98,9 @@ pub struct ServeArgs {
     /// Time between readiness going NOT_SERVING and the listeners closing on shutdown.
     #[arg(long, env = "TOLLGATE_DRAIN_DELAY", default_value = "0s")]
     pub drain_delay: String,
+    /// After the drain, how long in-flight calls and open streams may take before exit.
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_GRACE", default_value = "10s")]
+    pub shutdown_grace: String,
     /// Use Redis instead of the in-memory store: redis://[user:pass@]host:port[/db],
     /// rediss://… (TLS), redis-cluster://host:port[,host:port…],
     /// redis-sentinel://host:port[,host:port…]/service[/db].

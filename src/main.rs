@@ -107,6 +107,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         settings,
         reload_interval: reload,
         drain_delay: duration_flag("drain-delay", &args.drain_delay)?.unwrap_or_default(),
+        shutdown_grace: duration_flag("shutdown-grace", &args.shutdown_grace)?.unwrap_or_default(),
     };
     let shutdown = Shutdown::new();
     shutdown.on_signals();

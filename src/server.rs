@@ -44,6 +44,9 @@ pub struct ServerOptions {
     pub reload_interval: Option<Duration>,
     /// Time between readiness going NOT_SERVING and the listeners closing.
     pub drain_delay: Duration,
+    /// After the drain, how long in-flight calls and open streams (such as a health Watch,
+    /// which never ends by itself) may take before the servers stop regardless.
+    pub shutdown_grace: Duration,
 }
 
 /// A started server.
@@ -143,9 +146,37 @@ pub async fn start<S: Store>(
     }));
     let http = axum::serve(http_listener, app).with_graceful_shutdown(drain());
     tracing::info!(%grpc_addr, %http_addr, "tollgate serving");
+    let deadline = {
+        let shutdown = shutdown.clone();
+        let limit = opts.drain_delay + opts.shutdown_grace;
+        move || {
+            let shutdown = shutdown.clone();
+            async move {
+                shutdown.wait().await;
+                tokio::time::sleep(limit).await;
+            }
+        }
+    };
+    let (grpc_deadline, http_deadline) = (deadline(), deadline());
     let tasks = vec![
-        tokio::spawn(async move { grpc.await.context("gRPC server failed") }),
-        tokio::spawn(async move { http.await.context("HTTP server failed") }),
+        tokio::spawn(async move {
+            tokio::select! {
+                r = grpc => r.context("gRPC server failed"),
+                _ = grpc_deadline => {
+                    tracing::warn!("gRPC calls still open after the grace period; stopping");
+                    Ok(())
+                }
+            }
+        }),
+        tokio::spawn(async move {
+            tokio::select! {
+                r = http => r.context("HTTP server failed"),
+                _ = http_deadline => {
+                    tracing::warn!("HTTP requests still open after the grace period; stopping");
+                    Ok(())
+                }
+            }
+        }),
     ];
     Ok(Running {
         grpc_addr,

@@ -36,7 +36,9 @@ impl ConfigError {
             line,
             format!(
                 "error loading config file: {}",
-                message.replace("field", "key")
+                message
+                    .replacen("unknown field `", "unknown key `", 1)
+                    .replacen("missing field `", "missing key `", 1)
             ),
         )
     }

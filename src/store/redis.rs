@@ -198,11 +198,13 @@ impl RedisStore {
         }
     }
 
+    /// Decides every group; returns the outcomes and the refunds owed (charge indexes and the
+    /// `now` their group charged at).
     async fn apply_groups(
         &self,
         charges: &[Charge<'_>],
         mode: ApplyMode,
-    ) -> Result<Vec<Outcome>, StoreError> {
+    ) -> Result<(Vec<Outcome>, Vec<(Vec<usize>, i64)>), StoreError> {
         let groups = placement_groups(charges);
         let quota_total = quota_descriptors(charges);
         let now_arg = self.now_arg();
@@ -267,6 +269,7 @@ impl RedisStore {
             }
         }
 
+        let mut refunds = Vec::new();
         if !mode.count_rejected && groups.len() > 1 {
             let verdict = batch_verdict(
                 charges
@@ -294,14 +297,15 @@ impl RedisStore {
                     o.remaining =
                         (o.remaining + charges[ci].cost).min(charges[ci].limit.params.capacity());
                 }
-                self.spawn_refund(&refund, charges, now);
+                refunds.push((refund, now));
             }
         }
-        Ok(outcomes)
+        Ok((outcomes, refunds))
     }
 
-    /// Refunds run in the background: the answer does not wait for them.
-    fn spawn_refund(&self, refund: &[usize], charges: &[Charge<'_>], now: i64) {
+    /// Undoes charges of one group. A failure only logs: the charges then stay until their
+    /// window passes (under-admitting, never over-admitting).
+    async fn refund(&self, refund: &[usize], charges: &[Charge<'_>], now: i64) {
         let mut keys: Vec<String> = Vec::new();
         let mut args = vec![now.to_string(), refund.len().to_string()];
         for &ci in refund {
@@ -323,32 +327,18 @@ impl RedisStore {
                 c.cost.to_string(),
             ]);
         }
-        let client = self.client.clone();
-        let sha = self.refund_sha.clone();
-        let options = Options {
-            timeout: Some(self.opts.timeout.max(Duration::from_millis(500))),
-            ..self.call_options()
-        };
-        tokio::spawn(async move {
-            let mut res: Result<(), Error> = client
-                .with_options(&options)
-                .evalsha(&sha, keys.clone(), args.clone())
-                .await;
-            if matches!(&res, Err(e) if e.details().starts_with("NOSCRIPT"))
-                && client
-                    .script_load_cluster::<(), _>(REFUND_LUA)
-                    .await
-                    .is_ok()
-            {
-                res = client
-                    .with_options(&options)
-                    .evalsha(&sha, keys, args)
-                    .await;
+        let res = tokio::time::timeout(
+            self.opts.timeout,
+            self.eval(&self.refund_sha, REFUND_LUA, keys, args),
+        )
+        .await;
+        match res {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "refund failed: the charge stays until its window passes")
             }
-            if let Err(e) = res {
-                tracing::warn!(error = %e, "refund failed: the charge stays until its window passes");
-            }
-        });
+            Err(_) => tracing::warn!("refund timed out: the charge stays until its window passes"),
+        }
     }
 
     /// Answers from the local over-limit cache when an enforced limit is known to be
@@ -520,14 +510,18 @@ impl Store for RedisStore {
         if let Some(outcomes) = self.deny_from_cache(charges, mode) {
             return Ok(outcomes);
         }
-        let outcomes = tokio::time::timeout(self.opts.timeout, self.apply_groups(charges, mode))
-            .await
-            .map_err(|_| {
-                StoreError(format!(
-                    "redis did not answer within {:?}",
-                    self.opts.timeout
-                ))
-            })??;
+        let (outcomes, refunds) =
+            tokio::time::timeout(self.opts.timeout, self.apply_groups(charges, mode))
+                .await
+                .map_err(|_| {
+                    StoreError(format!(
+                        "redis did not answer within {:?}",
+                        self.opts.timeout
+                    ))
+                })??;
+        for (refund, now) in refunds {
+            self.refund(&refund, charges, now).await;
+        }
         self.remember_exhausted(charges, &outcomes);
         Ok(outcomes)
     }

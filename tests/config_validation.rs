@@ -1,0 +1,847 @@
+//! Config validation as a table: each bad file names the error a user would read, each good
+//! file compiles. Multi-file rules (duplicate domains, merging) go through `compile_sources`
+//! and `load_path` on a real directory laid out like a Kubernetes ConfigMap mount.
+
+use std::path::{Path, PathBuf};
+
+use tollgate::config::{compile_file, compile_sources, load_path, Config, LoadOptions};
+
+/// A file that must be rejected: `want` must appear in the message, and `line` is the line a
+/// YAML-level error points at (`None` for rules checked after parsing).
+struct Bad {
+    name: &'static str,
+    yaml: &'static str,
+    want: &'static str,
+    line: Option<usize>,
+}
+
+const BAD: &[Bad] = &[
+    // YAML reads `1.10` as the number 1.1; accepting it would silently never match "1.10".
+    Bad {
+        name: "unquoted decimal value is rejected rather than respelled",
+        yaml: "domain: d
+descriptors:
+  - key: version
+    value: 1.10
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        want: "quote it",
+        line: Some(3),
+    },
+    Bad {
+        name: "unknown top-level key",
+        yaml: "domain: d
+descriptor:
+  - key: k
+",
+        want: "unknown key `descriptor`",
+        line: Some(2),
+    },
+    Bad {
+        name: "unknown rule key",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    valu: v
+",
+        want: "unknown key `valu`",
+        line: Some(4),
+    },
+    Bad {
+        name: "unknown limit key",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unit: minute
+      requestsperunit: 5
+",
+        want: "unknown key `requestsperunit`",
+        line: Some(6),
+    },
+    Bad {
+        name: "unknown key in a nested rule",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    descriptors:
+      - key: k2
+        rate_limit:
+          unit: second
+          requests_per_unit: 1
+        shadowmode: true
+",
+        want: "unknown key `shadowmode`",
+        line: Some(9),
+    },
+    Bad {
+        name: "unknown key is quoted as written, even when it contains 'field'",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    airfield: x
+",
+        want: "unknown key `airfield`",
+        line: Some(4),
+    },
+    Bad {
+        name: "yaml syntax error",
+        yaml: "domain: d
+descriptors:
+  - key: [k
+",
+        want: "error loading config file",
+        line: Some(4),
+    },
+    Bad {
+        name: "empty file",
+        yaml: "",
+        want: "config file cannot have empty domain",
+        line: None,
+    },
+    Bad {
+        name: "missing domain",
+        yaml: "descriptors:
+  - key: k
+",
+        want: "config file cannot have empty domain",
+        line: None,
+    },
+    Bad {
+        name: "empty domain",
+        yaml: "domain: \"\"
+descriptors: []
+",
+        want: "config file cannot have empty domain",
+        line: None,
+    },
+    Bad {
+        name: "missing key",
+        yaml: "domain: d
+descriptors:
+  - value: v
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+",
+        want: "'d': descriptor has empty key",
+        line: None,
+    },
+    Bad {
+        name: "empty key in a nested rule",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    value: v
+    descriptors:
+      - key: \"\"
+        rate_limit:
+          unit: minute
+          requests_per_unit: 1
+",
+        want: "'d.k_v': descriptor has empty key",
+        line: None,
+    },
+    Bad {
+        name: "duplicate key and value",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    value: v
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: k
+    value: v
+    rate_limit: {unit: hour, requests_per_unit: 2}
+",
+        want: "duplicate descriptor composite key 'd.k_v'",
+        line: None,
+    },
+    Bad {
+        name: "duplicate key-only rule",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 2}
+",
+        want: "duplicate descriptor composite key 'd.k'",
+        line: None,
+    },
+    Bad {
+        name: "duplicate wildcard",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    value: v*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: k
+    value: v*
+    rate_limit: {unit: hour, requests_per_unit: 2}
+",
+        want: "duplicate descriptor composite key 'd.k_v*'",
+        line: None,
+    },
+    Bad {
+        name: "duplicate in a nested level",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    value: v
+    descriptors:
+      - key: k2
+        value: w
+        rate_limit: {unit: minute, requests_per_unit: 1}
+      - key: k2
+        value: w
+        rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        want: "duplicate descriptor composite key 'd.k_v.k2_w'",
+        line: None,
+    },
+    Bad {
+        name: "numeric and string value are the same value",
+        yaml: "domain: d
+descriptors:
+  - key: code
+    value: 200
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: code
+    value: \"200\"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        want: "duplicate descriptor composite key 'd.code_200'",
+        line: None,
+    },
+    Bad {
+        name: "bad unit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: fortnight, requests_per_unit: 1}
+",
+        want: "'d.k': invalid rate limit unit 'fortnight'",
+        line: None,
+    },
+    Bad {
+        name: "missing unit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {requests_per_unit: 1}
+",
+        want: "'d.k': invalid rate limit unit ''",
+        line: None,
+    },
+    Bad {
+        name: "unlimited with a unit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unlimited: true, unit: minute}
+",
+        want: "'d.k': should not specify rate limit unit when unlimited",
+        line: None,
+    },
+    Bad {
+        name: "unlimited combined with another limit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limits:
+      - unlimited: true
+      - {unit: minute, requests_per_unit: 1}
+",
+        want: "'d.k': an unlimited rate limit cannot be combined with other limits",
+        line: None,
+    },
+    Bad {
+        name: "unlimited after another limit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    rate_limits:
+      - unlimited: true
+",
+        want: "an unlimited rate limit cannot be combined with other limits",
+        line: None,
+    },
+    Bad {
+        name: "empty replaces name",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+      replaces:
+        - name: \"\"
+",
+        want: "'d.k': should not have an empty replaces entry",
+        line: None,
+    },
+    Bad {
+        name: "replaces entry without a name",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+      replaces: [{}]
+",
+        want: "should not have an empty replaces entry",
+        line: None,
+    },
+    Bad {
+        name: "replaces itself",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      name: per_key
+      unit: minute
+      requests_per_unit: 1
+      replaces:
+        - name: per_key
+",
+        want: "'d.k': replaces should not contain name of same descriptor",
+        line: None,
+    },
+    Bad {
+        name: "share_threshold on an exact value",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    value: v
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        want: "share_threshold can only be used with wildcard values (ending with '*'), but found key 'd.k_v'",
+        line: None,
+    },
+    Bad {
+        name: "share_threshold on a key-only rule",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        want: "share_threshold can only be used with wildcard values (ending with '*'), but found key 'd.k'",
+        line: None,
+    },
+    Bad {
+        name: "bad algorithm",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky_bucket}
+",
+        want: "'d.k': invalid algorithm 'leaky_bucket'",
+        line: None,
+    },
+    Bad {
+        name: "window without a unit suffix",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, window: \"90\"}
+",
+        want: "'d.k': invalid window '90'",
+        line: None,
+    },
+    Bad {
+        name: "zero window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, window: 0s}
+",
+        want: "invalid window '0s'",
+        line: None,
+    },
+    Bad {
+        name: "window with an unknown unit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, window: 5 parsecs}
+",
+        want: "invalid window '5 parsecs'",
+        line: None,
+    },
+    Bad {
+        name: "burst on a fixed window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, burst: 5}
+",
+        want: "'d.k': burst is only valid with algorithm token_bucket",
+        line: None,
+    },
+    Bad {
+        name: "burst on a sliding window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: sliding_window, burst: 5}
+",
+        want: "burst is only valid with algorithm token_bucket",
+        line: None,
+    },
+    Bad {
+        name: "zero burst",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: token_bucket, burst: 0}
+",
+        want: "'d.k': burst must be at least 1",
+        line: None,
+    },
+    Bad {
+        name: "token bucket with requests_per_unit 0",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket}
+",
+        want: "'d.k': a token_bucket limit needs requests_per_unit of at least 1",
+        line: None,
+    },
+    Bad {
+        name: "token bucket without requests_per_unit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, algorithm: token_bucket}
+",
+        want: "a token_bucket limit needs requests_per_unit of at least 1",
+        line: None,
+    },
+];
+
+#[test]
+fn bad_files_are_rejected_with_an_actionable_error() {
+    let mut failures = Vec::new();
+    for case in BAD {
+        let err = match compile_file("limits.yaml", case.yaml) {
+            Ok(_) => {
+                failures.push(format!(
+                    "{}: compiled, want error {:?}",
+                    case.name, case.want
+                ));
+                continue;
+            }
+            Err(e) => e,
+        };
+        let shown = err.to_string();
+        let prefix = match case.line {
+            Some(n) => format!("limits.yaml: line {n}: "),
+            None => "limits.yaml: ".to_string(),
+        };
+        if err.file != "limits.yaml"
+            || err.line != case.line
+            || !shown.starts_with(&prefix)
+            || !err.message.contains(case.want)
+        {
+            failures.push(format!(
+                "{}: got {shown:?} (line {:?}), want prefix {prefix:?} and {:?}",
+                case.name, err.line, case.want
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// A file that must compile, and one `(key, value)` its top level must resolve to a rule
+/// with this composite key.
+struct Good {
+    name: &'static str,
+    yaml: &'static str,
+    lookup: (&'static str, &'static str),
+    full_key: &'static str,
+}
+
+const GOOD: &[Good] = &[
+    Good {
+        name: "numeric value is read as its text",
+        yaml: "domain: d
+descriptors:
+  - key: code
+    value: 200
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("code", "200"),
+        full_key: "d.code_200",
+    },
+    Good {
+        name: "boolean value is read as its text",
+        yaml: "domain: d
+descriptors:
+  - key: internal
+    value: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("internal", "true"),
+        full_key: "d.internal_true",
+    },
+    Good {
+        name: "exact, wildcard and key-only rules of one key coexist",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    value: v
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: k
+    value: v*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 3}
+",
+        lookup: ("k", "vv"),
+        full_key: "d.k_v*",
+    },
+    Good {
+        name: "one key and value under two parents is not a duplicate",
+        yaml: "domain: d
+descriptors:
+  - key: a
+    descriptors:
+      - key: k
+        value: v
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    descriptors:
+      - key: k
+        value: v
+        rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("b", "x"),
+        full_key: "d.b",
+    },
+    Good {
+        name: "upper-case unit, several limits, token bucket with burst, unlimited with replaces",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: MINUTE, requests_per_unit: 10, name: per_minute}
+      - {unit: hour, requests_per_unit: 100, algorithm: sliding_window, window: 90m}
+      - {unit: second, requests_per_unit: 5, algorithm: token_bucket, burst: 20}
+  - key: vip
+    rate_limit:
+      unlimited: true
+      replaces: [{name: per_minute}]
+",
+        lookup: ("vip", "x"),
+        full_key: "d.vip",
+    },
+    Good {
+        name: "share_threshold on a wildcard",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    value: \"*\"
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("k", "anything"),
+        full_key: "d.k_*",
+    },
+];
+
+#[test]
+fn good_files_compile() {
+    let mut failures = Vec::new();
+    for case in GOOD {
+        match compile_file("limits.yaml", case.yaml) {
+            Err(e) => failures.push(format!("{}: rejected: {e}", case.name)),
+            Ok(domain) => {
+                let (k, v) = case.lookup;
+                let found = domain.root.lookup(k, v).map(|r| r.full_key.as_str());
+                if found != Some(case.full_key) {
+                    failures.push(format!(
+                        "{}: lookup({k:?}, {v:?}) found {found:?}, want {:?}",
+                        case.name, case.full_key
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+const FILE_A: &str = "domain: shared
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+";
+const FILE_B: &str = "domain: shared
+descriptors:
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 2}
+";
+const FILE_A_AGAIN: &str = "domain: shared
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 5}
+";
+const FILE_OTHER: &str = "domain: other
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+";
+
+fn sources(files: &[(&str, &str)]) -> Vec<(String, String)> {
+    files
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect()
+}
+
+/// The composite keys `domain` resolves `(key, value)` pairs to.
+fn resolves(config: &Config, domain: &str, pairs: &[(&str, &str)]) -> Vec<Option<String>> {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            config
+                .domains
+                .get(domain)
+                .and_then(|d| d.root.lookup(k, v))
+                .map(|r| r.full_key.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn several_files() {
+    struct Case {
+        name: &'static str,
+        files: &'static [(&'static str, &'static str)],
+        merge_domains: bool,
+        /// `Err(substring)` or the composite keys of `shared`'s `a` and `b`.
+        want: Result<[Option<&'static str>; 2], &'static str>,
+    }
+    let cases = [
+        Case {
+            name: "distinct domains load side by side",
+            files: &[("a.yaml", FILE_A), ("other.yaml", FILE_OTHER)],
+            merge_domains: false,
+            want: Ok([Some("shared.a"), None]),
+        },
+        Case {
+            name: "a domain in two files is rejected",
+            files: &[("a.yaml", FILE_A), ("b.yaml", FILE_B)],
+            merge_domains: false,
+            want: Err("b.yaml: duplicate domain 'shared' in config file"),
+        },
+        Case {
+            name: "merge_domains merges a domain's rules",
+            files: &[("a.yaml", FILE_A), ("b.yaml", FILE_B)],
+            merge_domains: true,
+            want: Ok([Some("shared.a"), Some("shared.b")]),
+        },
+        Case {
+            name: "merging still rejects a duplicate composite key",
+            files: &[
+                ("a.yaml", FILE_A),
+                ("b.yaml", FILE_B),
+                ("c.yaml", FILE_A_AGAIN),
+            ],
+            merge_domains: true,
+            want: Err("c.yaml: duplicate descriptor composite key 'shared.a'"),
+        },
+        Case {
+            name: "a bad file among good ones names itself",
+            files: &[("a.yaml", FILE_A), ("broken.yaml", "domain: \"\"\n")],
+            merge_domains: true,
+            want: Err("broken.yaml: config file cannot have empty domain"),
+        },
+    ];
+    let mut failures = Vec::new();
+    for case in cases {
+        let opts = LoadOptions {
+            merge_domains: case.merge_domains,
+        };
+        let got = compile_sources(&sources(case.files), opts);
+        let ok = match (&got, &case.want) {
+            (Ok(config), Ok(want)) => {
+                let want: Vec<Option<String>> =
+                    want.iter().map(|w| w.map(str::to_string)).collect();
+                resolves(config, "shared", &[("a", "x"), ("b", "x")]) == want
+            }
+            (Err(e), Err(want)) => e.to_string().starts_with(want),
+            _ => false,
+        };
+        if !ok {
+            failures.push(format!(
+                "{}: got {:?}",
+                case.name,
+                got.map(|c| c.describe())
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// A directory under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let path = std::env::temp_dir().join(format!(
+            "tollgate-config-validation-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let path = self.0.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dir");
+        }
+        std::fs::write(path, text).expect("write file");
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const NOT_A_CONFIG: &str = "this: is not\n  a: [valid config\n";
+
+#[test]
+fn directory_loading_reads_only_visible_yaml_files() {
+    let dir = TempDir::new("plain");
+    dir.write("a.yaml", FILE_A);
+    dir.write("other.yml", FILE_OTHER);
+    // None of these may be read: each would fail to compile or duplicate a domain.
+    dir.write(".hidden.yaml", NOT_A_CONFIG);
+    dir.write("..data", NOT_A_CONFIG);
+    dir.write("..2024_01_01", NOT_A_CONFIG);
+    dir.write("README.md", NOT_A_CONFIG);
+    dir.write("limits.yaml.bak", FILE_A);
+    dir.write("nested/deeper.yaml", FILE_A);
+
+    let config = load_path(&dir.0, LoadOptions::default()).expect("directory loads");
+    let mut domains: Vec<&String> = config.domains.keys().collect();
+    domains.sort();
+    assert_eq!(domains, ["other", "shared"]);
+    assert_eq!(
+        resolves(&config, "shared", &[("a", "x")]),
+        [Some("shared.a".to_string())]
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn directory_loading_follows_a_configmap_mount() {
+    use std::os::unix::fs::symlink;
+
+    // What Kubernetes mounts: `..2024_01_01/` holds the files, `..data` links to it, and each
+    // visible file links through `..data`.
+    let dir = TempDir::new("configmap");
+    dir.write("..2024_01_01/limits.yaml", FILE_A);
+    dir.write("..2024_01_01/other.yaml", FILE_OTHER);
+    symlink("..2024_01_01", dir.0.join("..data")).expect("link ..data");
+    for f in ["limits.yaml", "other.yaml"] {
+        symlink(Path::new("..data").join(f), dir.0.join(f)).expect("link file");
+    }
+
+    let config = load_path(&dir.0, LoadOptions::default()).expect("mount loads");
+    assert_eq!(config.domains.len(), 2);
+    assert_eq!(
+        resolves(&config, "other", &[("a", "x")]),
+        [Some("other.a".to_string())]
+    );
+}
+
+#[test]
+fn directory_errors_name_the_file() {
+    struct Case {
+        name: &'static str,
+        files: &'static [(&'static str, &'static str)],
+        merge_domains: bool,
+        want_file: &'static str,
+        want: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "duplicate domain across files",
+            files: &[("a.yaml", FILE_A), ("b.yaml", FILE_B)],
+            merge_domains: false,
+            want_file: "b.yaml",
+            want: "duplicate domain 'shared' in config file",
+        },
+        Case {
+            name: "duplicate composite key across merged files",
+            files: &[("a.yaml", FILE_A), ("b.yaml", FILE_A_AGAIN)],
+            merge_domains: true,
+            want_file: "b.yaml",
+            want: "duplicate descriptor composite key 'shared.a'",
+        },
+        Case {
+            name: "unknown key in one file",
+            files: &[
+                ("a.yaml", FILE_A),
+                (
+                    "b.yaml",
+                    "domain: x\ndescriptors:\n  - key: k\n    rate_limt: {}\n",
+                ),
+            ],
+            merge_domains: true,
+            want_file: "b.yaml",
+            want: "unknown key `rate_limt`",
+        },
+    ];
+    let mut failures = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let dir = TempDir::new(&format!("errors-{i}"));
+        for (name, text) in case.files {
+            dir.write(name, text);
+        }
+        let opts = LoadOptions {
+            merge_domains: case.merge_domains,
+        };
+        let want_file = dir.0.join(case.want_file).display().to_string();
+        match load_path(&dir.0, opts) {
+            Ok(_) => failures.push(format!("{}: loaded", case.name)),
+            Err(e) => {
+                if e.file != want_file
+                    || !e.to_string().starts_with(&want_file)
+                    || !e.message.contains(case.want)
+                {
+                    failures.push(format!("{}: got {e}", case.name));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+#[test]
+fn a_single_file_path_loads() {
+    let dir = TempDir::new("single");
+    dir.write("limits.yaml", FILE_A);
+    let config = load_path(&dir.0.join("limits.yaml"), LoadOptions::default()).expect("loads");
+    assert_eq!(
+        resolves(&config, "shared", &[("a", "x")]),
+        [Some("shared.a".to_string())]
+    );
+    let missing = dir.0.join("missing.yaml");
+    let err = load_path(&missing, LoadOptions::default()).expect_err("missing file");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: cannot read config", missing.display())),
+        "{err}"
+    );
+}
