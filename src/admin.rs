@@ -32,6 +32,7 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>) -> Router {
         .route("/healthz", get(|| async { "OK" }))
         .route("/json", post(json::<S>))
         .route("/rlconfig", get(rlconfig::<S>))
+        .route("/metrics", get(metrics::<S>))
         .with_state(state)
 }
 
@@ -50,6 +51,14 @@ async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "NOT READY").into_response()
     }
+}
+
+async fn metrics<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        st.limiter.metrics().render(),
+    )
+        .into_response()
 }
 
 async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> String {

@@ -32,6 +32,8 @@ pub struct Status<'p> {
 pub struct Decision<'p> {
     pub overall: Code,
     pub statuses: Vec<Status<'p>>,
+    /// Shadow mode (per rule or global) turned an over-limit answer into OK.
+    pub shadowed: bool,
 }
 
 /// Assembles the answer. `global_shadow` reports real statuses but an overall OK.
@@ -69,6 +71,11 @@ pub fn decide<'p>(plan: &'p Plan<'_>, outcomes: &[Outcome], global_shadow: bool)
         }
     }
     over |= quota_seen && quota_all_over;
+    let shadow_denied = plan
+        .charges
+        .iter()
+        .zip(outcomes)
+        .any(|(c, o)| c.role == Role::Shadow && !o.allowed);
     Decision {
         overall: if over && !global_shadow {
             Code::OverLimit
@@ -76,6 +83,7 @@ pub fn decide<'p>(plan: &'p Plan<'_>, outcomes: &[Outcome], global_shadow: bool)
             Code::Ok
         },
         statuses,
+        shadowed: (over && global_shadow) || shadow_denied,
     }
 }
 

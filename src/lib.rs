@@ -12,6 +12,7 @@ pub mod config;
 pub mod decision;
 pub mod json;
 pub mod limit;
+pub mod metrics;
 pub mod pb;
 pub mod plan;
 pub mod query;

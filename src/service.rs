@@ -12,6 +12,7 @@ use prost_types::value::Kind;
 
 use crate::config::Config;
 use crate::decision::{decide, Code, Decision, Status};
+use crate::metrics::{inc, Metrics};
 use crate::pb::core::HeaderValue;
 use crate::pb::rls::rate_limit_response::{self as resp, DescriptorStatus};
 use crate::pb::rls::rate_limit_service_server::RateLimitService;
@@ -83,6 +84,7 @@ pub struct RateLimiter<S> {
     config: Arc<ArcSwap<Config>>,
     store: Arc<S>,
     settings: Settings,
+    metrics: Arc<Metrics>,
 }
 
 impl<S: Store> RateLimiter<S> {
@@ -91,7 +93,12 @@ impl<S: Store> RateLimiter<S> {
             config,
             store,
             settings,
+            metrics: Arc::default(),
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn store(&self) -> &Arc<S> {
@@ -102,9 +109,13 @@ impl<S: Store> RateLimiter<S> {
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, CallError> {
-        validate(req, &self.settings.bounds).map_err(CallError::InvalidArgument)?;
+        let invalid = |m: String| {
+            inc(&self.metrics.invalid);
+            CallError::InvalidArgument(m)
+        };
+        validate(req, &self.settings.bounds).map_err(invalid)?;
         let config = self.config.load_full();
-        let plan = plan(&config, req).map_err(|e| CallError::InvalidArgument(e.0))?;
+        let plan = plan(&config, req).map_err(|e| invalid(e.0))?;
         let mode = ApplyMode {
             count_rejected: self.settings.count_rejected,
         };
@@ -119,6 +130,7 @@ impl<S: Store> RateLimiter<S> {
         let decision = decide(&plan, &outcomes, self.settings.global_shadow);
         for (i, s) in decision.statuses.iter().enumerate() {
             if s.unsatisfiable {
+                inc(&self.metrics.unsatisfiable);
                 tracing::info!(
                     domain = %req.domain,
                     descriptor = i,
@@ -137,14 +149,22 @@ impl<S: Store> RateLimiter<S> {
         error: String,
     ) -> Result<RateLimitResponse, CallError> {
         tracing::warn!(%error, policy = ?self.settings.failure_mode, "store failed");
+        let m = &self.metrics;
         let code = match self.settings.failure_mode {
             FailureMode::Error => {
+                inc(&m.store_failure_error);
                 return Err(CallError::Unavailable(format!(
                     "rate limit store unavailable: {error}"
-                )))
+                )));
             }
-            FailureMode::Allow => Code::Ok,
-            FailureMode::Deny => Code::OverLimit,
+            FailureMode::Allow => {
+                inc(&m.store_failure_allow);
+                Code::Ok
+            }
+            FailureMode::Deny => {
+                inc(&m.store_failure_deny);
+                Code::OverLimit
+            }
         };
         let statuses: Vec<Status<'_>> = plan
             .descriptors
@@ -166,7 +186,11 @@ impl<S: Store> RateLimiter<S> {
         } else {
             Code::Ok
         };
-        let decision = Decision { overall, statuses };
+        let decision = Decision {
+            overall,
+            statuses,
+            shadowed: false,
+        };
         Ok(self.response(req, plan, &decision, true))
     }
 
@@ -177,6 +201,14 @@ impl<S: Store> RateLimiter<S> {
         decision: &Decision<'_>,
         store_failed: bool,
     ) -> RateLimitResponse {
+        let m = &self.metrics;
+        inc(match decision.overall {
+            Code::Ok => &m.ok,
+            Code::OverLimit => &m.over_limit,
+        });
+        if decision.shadowed {
+            inc(&m.shadow_over);
+        }
         let statuses = decision.statuses.iter().map(proto_status).collect();
         let mut out = RateLimitResponse {
             overall_code: proto_code(decision.overall),
