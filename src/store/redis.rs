@@ -161,15 +161,16 @@ impl RedisStore {
         &self,
         sha: &str,
         lua: &str,
-        keys: Vec<String>,
-        args: Vec<String>,
+        request: impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<Vec<i64>, StoreError> {
         let mut loaded = false;
         loop {
+            // Built per attempt: a retry is rare, and the first attempt moves its buffers.
+            let (keys, args) = request();
             let res: Result<Vec<i64>, Error> = self
                 .client
                 .with_options(&self.call_options())
-                .evalsha(sha, keys.clone(), args.clone())
+                .evalsha(sha, keys, args)
                 .await;
             match res {
                 Ok(v) => return Ok(v),
@@ -191,10 +192,10 @@ impl RedisStore {
         }
     }
 
-    fn now_arg(&self) -> String {
+    fn now_arg(&self) -> Value {
         match &self.opts.clock {
-            ClockSource::Redis => String::new(),
-            ClockSource::Local(c) => c.now_us().to_string(),
+            ClockSource::Redis => Value::from_static_str(""),
+            ClockSource::Local(c) => Value::Integer(c.now_us() as i64),
         }
     }
 
@@ -209,33 +210,40 @@ impl RedisStore {
         let quota_total = quota_descriptors(charges);
         let now_arg = self.now_arg();
         let calls = groups.iter().map(|g| {
-            let keys: Vec<String> = g
-                .keys
-                .iter()
-                .map(|k| format!("{}{}", self.opts.key_prefix, k))
-                .collect();
-            let mut args = Vec::with_capacity(4 + g.charges.len() * 8);
-            args.push(now_arg.clone());
-            args.push(if mode.count_rejected { "1" } else { "0" }.to_string());
-            args.push(quota_total.to_string());
-            args.push(g.charges.len().to_string());
-            for (&ci, &slot) in g.charges.iter().zip(&g.slots) {
-                let c = &charges[ci];
-                let p = &c.limit.params;
-                args.push((slot + 1).to_string());
-                args.push(p.algorithm.tag().to_string());
-                args.push(p.limit.to_string());
-                args.push(p.window_us.to_string());
-                args.push(p.burst.to_string());
-                args.push(if p.overdraft { "1" } else { "0" }.to_string());
-                args.push(c.cost.to_string());
-                args.push(match c.role {
-                    Role::Enforced => "e".to_string(),
-                    Role::Shadow => "s".to_string(),
-                    Role::Quota { descriptor } => format!("q{descriptor}"),
-                });
-            }
-            self.eval(&self.decide_sha, DECIDE_LUA, keys, args)
+            let request = || {
+                let keys: Vec<Key> = g
+                    .keys
+                    .iter()
+                    .map(|k| Key::from(format!("{}{}", self.opts.key_prefix, k)))
+                    .collect();
+                let mut args: Vec<Value> = Vec::with_capacity(4 + g.charges.len() * 8);
+                args.push(now_arg.clone());
+                args.push(Value::Integer(mode.count_rejected as i64));
+                args.push(Value::Integer(quota_total as i64));
+                args.push(Value::Integer(g.charges.len() as i64));
+                for (&ci, &slot) in g.charges.iter().zip(&g.slots) {
+                    let c = &charges[ci];
+                    let p = &c.limit.params;
+                    args.push(Value::Integer(slot as i64 + 1));
+                    args.push(Value::from_static_str(match p.algorithm {
+                        Algorithm::FixedWindow => "f",
+                        Algorithm::SlidingWindow => "s",
+                        Algorithm::TokenBucket => "t",
+                    }));
+                    args.push(Value::Integer(p.limit as i64));
+                    args.push(Value::Integer(p.window_us as i64));
+                    args.push(Value::Integer(p.burst as i64));
+                    args.push(Value::Integer(p.overdraft as i64));
+                    args.push(Value::Integer(c.cost.min(i64::MAX as u64) as i64));
+                    args.push(match c.role {
+                        Role::Enforced => Value::from_static_str("e"),
+                        Role::Shadow => Value::from_static_str("s"),
+                        Role::Quota { descriptor } => Value::from(format!("q{descriptor}")),
+                    });
+                }
+                (keys, args)
+            };
+            self.eval(&self.decide_sha, DECIDE_LUA, request)
         });
         let replies = join_all(calls).await;
 
@@ -329,7 +337,11 @@ impl RedisStore {
         }
         let res = tokio::time::timeout(
             self.opts.timeout,
-            self.eval(&self.refund_sha, REFUND_LUA, keys, args),
+            self.eval(&self.refund_sha, REFUND_LUA, || {
+                let keys = keys.iter().map(|k| Key::from(k.as_str())).collect();
+                let args = args.iter().map(|a| Value::from(a.as_str())).collect();
+                (keys, args)
+            }),
         )
         .await;
         match res {
