@@ -113,6 +113,22 @@ fn cluster_forms_routes_hash_tags_fails_over_and_survives_a_full_outage() {
     );
     assert_eq!(cluster.masters().len(), 3);
 
+    // A crashed primary is replaced by its replica, and comes back as a replica.
+    let crashed = cluster.masters()[0];
+    let heir = cluster
+        .replicas()
+        .into_iter()
+        .find(|&replica| cluster.master_of(replica) == crashed)
+        .expect("every primary has a replica");
+    cluster.kill_node(crashed);
+    cluster.wait_ready();
+    assert!(
+        cluster.masters().contains(&heir),
+        "replica {heir} did not take over"
+    );
+    cluster.restart_node(crashed);
+    assert_eq!(cluster.master_of(crashed), heir);
+
     let script = "return redis.call('PING')";
     let sha = cluster.cli(replica, &["SCRIPT", "LOAD", script]);
     assert_eq!(cluster.cli(replica, &["SCRIPT", "EXISTS", &sha]), "1");

@@ -432,8 +432,9 @@ impl RedisCluster {
             let mut agreed: Option<(u16, BTreeMap<u16, Role>)> = None;
             for &port in &running {
                 let info = cli_on(port, &["CLUSTER", "INFO"]);
-                let ok = info_field(&info, "cluster_state") == Some("ok")
-                    && info_field(&info, "cluster_slots_ok") == Some("16384");
+                let slots_ok = info_field(&info, "cluster_slots_ok").and_then(|n| n.parse().ok());
+                let ok =
+                    info_field(&info, "cluster_state") == Some("ok") && slots_ok == Some(ALL_SLOTS);
                 if !ok {
                     return Err(format!("node {port}: CLUSTER INFO:\n{info}"));
                 }
