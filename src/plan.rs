@@ -267,19 +267,17 @@ fn pattern_into(out: &mut String, p: &Pattern) {
     }
 }
 
-/// Percent-escapes the characters keys use as structure: `%{}|=*` and controls.
+/// Percent-escapes the characters keys use as structure: `%{}|=*` and ASCII controls.
 fn escape_into(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for ch in s.chars() {
-        match ch {
-            '%' | '{' | '}' | '|' | '=' | '*' => {
-                out.push('%');
-                out.push_str(&format!("{:02X}", ch as u32));
-            }
-            c if c.is_control() && (c as u32) < 0x80 => {
-                out.push('%');
-                out.push_str(&format!("{:02X}", c as u32));
-            }
-            c => out.push(c),
+        if matches!(ch, '%' | '{' | '}' | '|' | '=' | '*') || ch.is_ascii_control() {
+            let b = ch as u8;
+            out.push('%');
+            out.push(HEX[(b >> 4) as usize] as char);
+            out.push(HEX[(b & 15) as usize] as char);
+        } else {
+            out.push(ch);
         }
     }
 }
@@ -296,4 +294,18 @@ fn check_override(descriptor: usize, requests_per_unit: u32, unit: i32) -> Resul
         )));
     }
     Ok(unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_keeps_structure_characters_out_of_keys() {
+        let mut out = String::new();
+        escape_into(&mut out, "a}b{c|d=e*f%g\nh");
+        assert_eq!(out, "a%7Db%7Bc%7Cd%3De%2Af%25g%0Ah");
+        assert_eq!(tag_of("{d|k=v}|f60"), "d|k=v");
+        assert_eq!(tag_of("{d|k=*|*}|f60"), "d|k=*|*");
+    }
 }
