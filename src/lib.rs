@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod algorithm;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

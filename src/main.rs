@@ -56,6 +56,11 @@ fn main() -> ExitCode {
                 print!("{out}");
                 Ok(())
             }
+            Command::Bench(args) => {
+                let out = tollgate::bench::run(&args).await?;
+                print!("{out}");
+                Ok(())
+            }
         }
     });
     match result {

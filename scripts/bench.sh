@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Benchmarks tollgate on the in-memory store, a single Redis and a 3-primary Redis Cluster, all
+# on this machine, and writes the results to BENCHMARKS.md.
+#
+#   scripts/bench.sh [DURATION]      # DURATION per scenario, default 10s
+#
+# Starts everything it needs on free loopback ports (redis-server processes, tollgate servers)
+# and stops them on exit. Besides decisions/s it records the tollgate process's CPU seconds, so
+# "decisions per tollgate CPU-second" survives a noisy machine, and Redis CPU per decision,
+# compared with redis-benchmark running the same script directly (the ceiling).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${1:-10s}
+WARMUP=2s
+OUT=BENCHMARKS.md
+WORK=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
+PIDS=()
+
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for bin in redis-server redis-cli redis-benchmark python3; do
+  command -v "$bin" >/dev/null || { echo "error: $bin not on PATH" >&2; exit 1; }
+done
+
+echo "building tollgate (release)..." >&2
+cargo build --release --quiet --bin tollgate
+TG=target/release/tollgate
+
+free_port() {
+  python3 - "$@" <<'PY'
+import socket, sys
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p + 10000 > 65535:
+        continue
+    t = socket.socket()
+    try:
+        t.bind(("127.0.0.1", p + 10000)); t.close(); print(p); break
+    except OSError:
+        t.close()
+PY
+}
+
+# CPU seconds (user+system) a process has used so far.
+cpu_s() {
+  python3 - "$1" <<'PY'
+import os, sys
+f = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
+print((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
+PY
+}
+
+redis_cpu() { # total used_cpu_user+sys over the given ports
+  local total=0
+  for p in "$@"; do
+    total=$(redis-cli -p "$p" info cpu | python3 -c '
+import sys
+d = dict(l.strip().split(":", 1) for l in sys.stdin if ":" in l)
+print(float(d["used_cpu_user"]) + float(d["used_cpu_sys"]) + float(sys.argv[1]))' "$total")
+  done
+  echo "$total"
+}
+
+wait_ping() {
+  for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "redis on $1 did not start" >&2; exit 1
+}
+
+start_redis() { # port [extra args...]
+  local port=$1; shift
+  mkdir -p "$WORK/r$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK/r$port" \
+    --logfile "$WORK/r$port/log" "$@" &
+  PIDS+=($!)
+  wait_ping "$port"
+}
+
+echo "starting redis single node and a 3-primary cluster..." >&2
+SINGLE=$(free_port); start_redis "$SINGLE"
+CLUSTER=()
+for _ in 1 2 3; do
+  p=$(free_port); start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf"
+  CLUSTER+=("$p")
+done
+redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER[@]}") --cluster-yes >/dev/null
+for p in "${CLUSTER[@]}"; do
+  for _ in $(seq 100); do
+    redis-cli -p "$p" cluster info | grep -q cluster_state:ok && break; sleep 0.1
+  done
+done
+
+start_tollgate() { # name [serve args...]: sets TG_PID and TG_PORT
+  local name=$1; shift
+  TG_PORT=$(free_port); local http; http=$(free_port)
+  $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$TG_PORT" --http-addr "127.0.0.1:$http" \
+    --log warn "$@" 2>"$WORK/$name.log" &
+  TG_PID=$!; PIDS+=("$TG_PID")
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$http/readyz" >/dev/null 2>&1 && return 0; sleep 0.1
+  done
+  echo "tollgate ($name) did not become ready; log:" >&2; cat "$WORK/$name.log" >&2; exit 1
+}
+
+ROWS=()
+# run STORE SCENARIO REDIS_PORTS -- bench args...
+run() {
+  local store=$1 scenario=$2 ports=$3; shift 4
+  local c0 r0 c1 r1 json
+  c0=$(cpu_s "$TG_PID"); r0=0; [ -n "$ports" ] && r0=$(redis_cpu $ports)
+  json=$($TG bench --addr "http://127.0.0.1:$TG_PORT" --domain bench --duration "$DURATION" \
+    --warmup "$WARMUP" --json "$@" 2>/dev/null)
+  c1=$(cpu_s "$TG_PID"); r1=0; [ -n "$ports" ] && r1=$(redis_cpu $ports)
+  ROWS+=("$(python3 - "$store" "$scenario" "$c0" "$c1" "$r0" "$r1" "$json" "$*" <<'PY'
+import json, sys
+store, scen, c0, c1, r0, r1, raw, args = sys.argv[1:]
+d = json.loads(raw)
+# CPU is measured over warmup + run; count the decisions of both.
+reqs = d.get("requests", 0) + d.get("warmup_requests", 0)
+cpu = float(c1) - float(c0)
+rcpu = float(r1) - float(r0)
+per_cpu = reqs / cpu if cpu > 0 else 0
+redis_us = (rcpu / reqs * 1e6) if reqs and rcpu > 0 else 0
+print(f"| {store} | {scen} | {d['decisions_per_sec']:,.0f} | {per_cpu:,.0f} | "
+      f"{d['ok']:,} / {d['over_limit']:,} / {d['errors']:,} | "
+      f"{d['p50_us']/1000:.3f} | {d['p90_us']/1000:.3f} | {d['p99_us']/1000:.3f} | "
+      f"{d['p999_us']/1000:.3f} | {d['max_us']/1000:.3f} | "
+      f"{redis_us:.1f} |")
+PY
+)")
+  echo "${ROWS[-1]}" >&2
+}
+
+scenarios() { # store redis_ports
+  local s=$1 p=$2
+  run "$s" "(a) 1 descriptor, 10,000 keys" "$p" -- --descriptor 'key={key}' --keys 10000
+  run "$s" "(b) 1 hot key" "$p" -- --descriptor 'key=hot'
+  run "$s" "(c) 3 descriptors, hierarchical + shared" "$p" -- \
+    --descriptor 'tenant={key},model=gpt' --descriptor 'key={key}' --descriptor 'd0={key}' --keys 10000
+  run "$s" "(d) 1 key far over its limit" "$p" -- --descriptor 'deny=x'
+  run "$s" "(e) open loop 2,000/s" "$p" -- --descriptor 'key={key}' --keys 10000 --rate 2000
+  run "$s" "3 descriptors" "$p" -- --descriptor 'd0={key}' --descriptor 'd1={key}' \
+    --descriptor 'd2={key}' --keys 10000
+  run "$s" "10 descriptors" "$p" -- $(for i in $(seq 0 9); do printf -- "--descriptor d$i={key} "; done) --keys 10000
+}
+
+echo "memory store..." >&2
+start_tollgate memory
+scenarios memory ""
+kill "$TG_PID"
+
+echo "redis single node..." >&2
+start_tollgate redis --redis-url "redis://127.0.0.1:$SINGLE" --redis-timeout 100ms
+scenarios redis "$SINGLE"
+# Memory per live key: the keys of scenario (a) are 1-second fixed windows; fill, measure, expire.
+redis-cli -p "$SINGLE" flushall >/dev/null; sleep 1
+m0=$(redis-cli -p "$SINGLE" info memory | awk -F: '/^used_memory:/{print $2+0}')
+$TG bench --addr "http://127.0.0.1:$TG_PORT" --domain bench --descriptor 'key={key}' --keys 100000 \
+  --duration 3s --warmup 0s --json >/dev/null 2>&1
+keys=$(redis-cli -p "$SINGLE" dbsize)
+m1=$(redis-cli -p "$SINGLE" info memory | awk -F: '/^used_memory:/{print $2+0}')
+sleep 3
+keys_after=$(redis-cli -p "$SINGLE" dbsize)
+BYTES_PER_KEY=$(( (m1 - m0) / (keys > 0 ? keys : 1) ))
+SAMPLE_KEY=$(redis-cli -p "$SINGLE" --scan --count 1000 | head -1)
+kill "$TG_PID"
+
+echo "redis cluster..." >&2
+start_tollgate cluster --redis-url "redis-cluster://127.0.0.1:${CLUSTER[0]}" --redis-timeout 100ms
+scenarios cluster "${CLUSTER[*]}"
+kill "$TG_PID"
+
+echo "redis-benchmark running decide.lua directly..." >&2
+SHA=$(redis-cli -p "$SINGLE" script load "$(cat lua/decide.lua)")
+rb() { # name port extra...
+  local name=$1 port=$2; shift 2
+  local r0 r1 out rps
+  r0=$(redis_cpu "$port")
+  out=$(redis-benchmark -p "$port" -n 200000 -c 50 -r 10000 "$@" \
+    EVALSHA "$SHA" 1 'tg:{bench|key=__rand_int__}|f1' '' 0 0 1 1 f 4000000000 1000000 4000000000 0 1 e 2>/dev/null | tr '\r' '\n')
+  r1=$(redis_cpu "$port")
+  rps=$(echo "$out" | awk '/requests per second/{print $2}' | tail -1)
+  echo "| $name | ${rps:-?} | $(python3 -c "print(f'{($r1-$r0)/200000*1e6:.1f}')") |"
+}
+RB1=$(rb "EVALSHA decide.lua, 1 key, 50 clients" "$SINGLE")
+RB16=$(rb "EVALSHA decide.lua, 1 key, 50 clients, pipeline 16" "$SINGLE" -P 16)
+RBINCR=$(redis-benchmark -p "$SINGLE" -n 200000 -c 50 -r 10000 -q INCR 'k:__rand_int__' 2>/dev/null | tr '\r' '\n' | awk '/requests per second/{print $2}' | tail -1)
+
+{
+  echo "# Benchmarks"
+  echo
+  echo "Measured by \`scripts/bench.sh $DURATION\` on $(date -u +%Y-%m-%d): $(nproc) cores,"
+  echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load generator"
+  echo "(\`tollgate bench\`), tollgate and Redis all on this one machine. Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2)."
+  echo
+  echo "Closed loop, 64 in flight over 4 connections, unless the scenario says open loop."
+  echo "*per tollgate CPU-s* = decisions / CPU seconds the tollgate process used (user + system);"
+  echo "*Redis µs/decision* = Redis CPU (all primaries) per decision."
+  echo
+  echo "| store | scenario | decisions/s | per tollgate CPU-s | OK / OVER / errors | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | Redis µs/decision |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  echo "## The ceiling: redis-benchmark running the same script"
+  echo
+  echo "| command | calls/s | Redis µs/call |"
+  echo "|---|---|---|"
+  echo "$RB1"
+  echo "$RB16"
+  echo "| INCR (for scale), 50 clients | ${RBINCR:-?} | |"
+  echo
+  echo "## Redis memory"
+  echo
+  echo "$keys live keys of scenario (a) took $((m1 - m0)) bytes: **$BYTES_PER_KEY bytes per key**"
+  echo "(used_memory delta / DBSIZE; a key looks like \`$SAMPLE_KEY\`)."
+  echo "Three seconds later (1-second windows expired) DBSIZE was $keys_after."
+} > "$OUT"
+echo "wrote $OUT" >&2
