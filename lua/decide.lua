@@ -5,7 +5,8 @@
 --
 -- KEYS: the group's distinct counter keys (one hash tag, so one slot).
 -- ARGV[1]  now in µs, or "" to use Redis TIME (so replicas with skewed clocks agree)
--- ARGV[2]  "1" = count rejected (envoyproxy/ratelimit behaviour: every charge lands)
+-- ARGV[2]  "0" = decide; "1" = count rejected (envoyproxy/ratelimit behaviour: every charge
+--          lands); "2" = dry run: evaluate and answer, write nothing
 -- ARGV[3]  number of quota descriptors in the whole request
 -- ARGV[4]  number of charges n; then 8 values per charge:
 --          slot (1-based index into KEYS), algorithm (f|s|t), limit, window_us, burst,
@@ -17,7 +18,8 @@
 -- Returns { now, then 4 integers per charge: allowed (0|1), remaining, wait_us (-1 = never),
 -- landed (0|1: the charge was written) }.
 
-local EPS = 1e-9
+-- Token bucket float tolerance in µs (src/algorithm.rs TOLERANCE_US).
+local TOLERANCE_US = 1.0
 
 local now
 if ARGV[1] == '' then
@@ -27,6 +29,7 @@ else
   now = tonumber(ARGV[1])
 end
 local count_rejected = ARGV[2] == '1'
+local dry = ARGV[2] == '2'
 local quota_total = tonumber(ARGV[3])
 local n = tonumber(ARGV[4])
 
@@ -106,8 +109,13 @@ local function check_cost(c)
   return math.max(c.cost, 1)
 end
 
+local function tolerance(c)
+  if c.alg == 't' then return TOLERANCE_US * c.limit / c.window end
+  return 0
+end
+
 local function fits(s, c, k)
-  return used(s, c) + k <= capacity(c) + EPS
+  return used(s, c) + k <= capacity(c) + tolerance(c)
 end
 
 local function charge(s, c)
@@ -129,7 +137,8 @@ local function charge(s, c)
   end
   s.total = s.total + c.cost
   local last = #s.ts
-  if now < s.ts[last] + granule(c.window) then
+  local g = granule(c.window)
+  if math.floor(now / g) == math.floor(s.ts[last] / g) then
     s.ts[last] = math.max(s.ts[last], now)
     s.cs[last] = s.cs[last] + c.cost
   else
@@ -140,9 +149,8 @@ local function charge(s, c)
 end
 
 local function remaining(s, c)
-  local left = capacity(c) - used(s, c)
-  if left <= 0 then return 0 end
-  return math.floor(left + EPS)
+  local left = capacity(c) - used(s, c) + tolerance(c)
+  return math.floor(math.max(left, 0))
 end
 
 local function reset_after(s, c)
@@ -243,7 +251,9 @@ end
 local commit = {}
 for slot, c in pairs(slot_params) do
   local yes
-  if count_rejected then
+  if dry then
+    yes = false
+  elseif count_rejected then
     yes = true
   elseif hard then
     yes = false

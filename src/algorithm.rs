@@ -9,9 +9,10 @@
 //! Times are microseconds since the Unix epoch.
 //!
 //! - fixed window: `count` in the epoch-aligned window ending at `end`;
-//! - sliding window: a log of `(time, cost)` charges within the trailing window, merged when
-//!   closer than one granule (`window / 1000`, at least 1 ms). Merging moves usage *later*, so
-//!   the count can only overstate what the trailing window holds: never over-admits;
+//! - sliding window: a log of `(time, cost)` charges within the trailing window; charges in
+//!   one granule (`window / 1000`, at least 1 ms, epoch-aligned) share an entry stamped with
+//!   the latest. Merging moves usage *later*, by less than a granule, so the count can only
+//!   overstate what the trailing window holds: never over-admits;
 //! - token bucket (GCRA): `tat`, the theoretical arrival time. With emission interval
 //!   `T = window / rate`, the bucket holds `burst - (tat - now) / T` tokens.
 
@@ -19,8 +20,18 @@ use std::collections::VecDeque;
 
 use crate::limit::{Algorithm, LimitParams};
 
-/// Tolerance, in tokens, for float rounding in the token bucket (`7/s` has a non-integer `T`).
-const TOKEN_EPSILON: f64 = 1e-9;
+/// Tolerance for float rounding in the token bucket, in microseconds: its `tat` is a double
+/// at epoch scale (a quarter-microsecond resolution) and `T` may be fractional (`7/s`). A
+/// request may fit up to this much early; never later than it should.
+const TOLERANCE_US: f64 = 1.0;
+
+/// [`TOLERANCE_US`] in cost units; the other algorithms count in whole units and need none.
+fn tolerance(p: &LimitParams) -> f64 {
+    match p.algorithm {
+        Algorithm::TokenBucket => TOLERANCE_US * p.limit as f64 / p.window_us as f64,
+        _ => 0.0,
+    }
+}
 
 /// Stored state of one counter key.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,7 +96,7 @@ pub fn check_cost(p: &LimitParams, cost: u64) -> u64 {
 
 /// Whether `k` more fits now. `state` must be refreshed.
 pub fn fits(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> bool {
-    used_tokens(state, p, now) + k as f64 <= p.capacity() as f64 + TOKEN_EPSILON
+    used_tokens(state, p, now) + k as f64 <= p.capacity() as f64 + tolerance(p)
 }
 
 /// Adds `cost` to the state. `state` must be refreshed.
@@ -106,8 +117,11 @@ pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) {
         Algorithm::SlidingWindow => match state {
             Some(State::Log { entries, total }) => {
                 *total += cost;
+                // Charges in one granule-aligned bucket share an entry stamped with the latest,
+                // so a merged entry outlives its charges by less than one granule.
+                let g = granule_us(p.window_us);
                 match entries.back_mut() {
-                    Some(last) if now < last.0 + granule_us(p.window_us) => {
+                    Some(last) if now / g == last.0 / g => {
                         last.0 = last.0.max(now);
                         last.1 += cost;
                     }
@@ -134,12 +148,8 @@ pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) {
 
 /// What is left now, in whole cost units.
 pub fn remaining(state: &Option<State>, p: &LimitParams, now: u64) -> u64 {
-    let left = p.capacity() as f64 - used_tokens(state, p, now);
-    if left <= 0.0 {
-        0
-    } else {
-        (left + TOKEN_EPSILON).floor() as u64
-    }
+    let left = p.capacity() as f64 - used_tokens(state, p, now) + tolerance(p);
+    left.max(0.0).floor() as u64
 }
 
 /// Time until the limit is whole again (nothing used).

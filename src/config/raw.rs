@@ -85,9 +85,11 @@ fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
         // An integer reads back as written; a float may not (`1.10` parses as 1.1), and a
         // silently respelled value would never match what Envoy sends.
         serde_yaml::Value::Number(n) if !n.is_f64() => Some(n.to_string()),
-        serde_yaml::Value::Number(n) => return Err(D::Error::custom(format!(
+        serde_yaml::Value::Number(n) => {
+            return Err(D::Error::custom(format!(
             "{n} is a YAML number, which may not keep its spelling (1.10 reads as 1.1): quote it"
-        ))),
+        )))
+        }
         other => {
             return Err(D::Error::custom(format!(
                 "expected a string, found {}",

@@ -13,7 +13,8 @@ use crate::limit::LimitParams;
 
 pub struct LocalCache {
     capacity: usize,
-    entries: Mutex<HashMap<String, (LimitParams, u64)>>,
+    /// key → (parameters, re-check with the store after, exhausted until).
+    entries: Mutex<HashMap<String, (LimitParams, u64, u64)>>,
 }
 
 impl LocalCache {
@@ -28,27 +29,29 @@ impl LocalCache {
         self.capacity > 0
     }
 
-    /// `Some(until)` when `key` with these parameters is exhausted past `now`.
+    /// `Some(until)` when `key` with these parameters is known exhausted until then, and the
+    /// entry is not yet due for a re-check.
     pub fn exhausted_until(&self, key: &str, params: &LimitParams, now: u64) -> Option<u64> {
         let entries = self.entries.lock();
         match entries.get(key) {
-            Some((p, until)) if p == params && *until > now => Some(*until),
+            Some((p, recheck, until)) if p == params && *recheck > now => Some(*until),
             _ => None,
         }
     }
 
-    pub fn insert(&self, key: &str, params: &LimitParams, now: u64, until: u64) {
+    /// Remembers `key` exhausted until `until`, trusted without the store until `recheck`.
+    pub fn insert(&self, key: &str, params: &LimitParams, now: u64, recheck: u64, until: u64) {
         let mut entries = self.entries.lock();
         if entries.len() >= self.capacity && !entries.contains_key(key) {
-            entries.retain(|_, (_, t)| *t > now);
+            entries.retain(|_, (_, r, _)| *r > now);
             if entries.len() >= self.capacity {
                 return;
             }
         }
-        entries.insert(key.to_string(), (*params, until));
+        entries.insert(key.to_string(), (*params, recheck.min(until), until));
     }
 
     pub fn sweep(&self, now: u64) {
-        self.entries.lock().retain(|_, (_, t)| *t > now);
+        self.entries.lock().retain(|_, (_, r, _)| *r > now);
     }
 }

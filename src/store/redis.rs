@@ -2,9 +2,10 @@
 //!
 //! A request's charges are split into placement groups by hash tag (see `plan`): every key of
 //! a group lives in one slot, so one `EVALSHA` of `lua/decide.lua` decides and charges the
-//! group atomically. Groups run concurrently (one round trip for the request); when the
-//! request as a whole is denied but a group had charged, `lua/refund.lua` undoes exactly that
-//! group's charges. That can briefly under-admit, never over-admit.
+//! group atomically. Groups run one after another in a fixed order (descriptor groups first,
+//! shared limits last, one round trip each); after a denial the rest only evaluate (dry run)
+//! and charge nothing. When a later group denies, `lua/refund.lua` undoes exactly the earlier
+//! groups' charges. That can briefly under-admit, never over-admit.
 //!
 //! Every call has a deadline; past it, or on any Redis error, the caller applies the failure
 //! policy. A background task pings every primary to drive readiness, re-syncs the cluster
@@ -17,7 +18,6 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::config::{Options, ReconnectPolicy};
-use futures::future::join_all;
 
 use super::local_cache::LocalCache;
 use super::{ApplyMode, Outcome, Store, StoreError};
@@ -25,6 +25,10 @@ use crate::algorithm::{batch_verdict, BatchVerdict, Role};
 use crate::clock::Clock;
 use crate::limit::Algorithm;
 use crate::plan::Charge;
+
+/// A cached denial is re-checked with Redis at least this often: a denial can rest on another
+/// request's charge that a refund is about to undo, and must not outlive it by a whole window.
+const CACHE_RECHECK_US: u64 = 1_000_000;
 
 const DECIDE_LUA: &str = include_str!("../../lua/decide.lua");
 const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
@@ -120,7 +124,9 @@ impl RedisStore {
         if let Some(p) = &opts.password {
             config.password = Some(p.clone());
         }
-        config.fail_fast = true;
+        // fred's default `fail_fast` gives up on the first connection attempt and never
+        // reconnects when Redis was down at start; commands fail fast per call instead.
+        config.fail_fast = false;
         let perf = PerformanceConfig {
             default_command_timeout: opts.timeout,
             ..Default::default()
@@ -209,7 +215,21 @@ impl RedisStore {
         let groups = placement_groups(charges);
         let quota_total = quota_descriptors(charges);
         let now_arg = self.now_arg();
-        let calls = groups.iter().map(|g| {
+        let mut outcomes = vec![
+            Outcome {
+                allowed: true,
+                remaining: 0,
+                wait_us: None,
+            };
+            charges.len()
+        ];
+        let mut landed = vec![false; charges.len()];
+        let mut group_now = Vec::with_capacity(groups.len());
+        // In order, descriptor groups first and shared limits last. Once an enforced limit
+        // denies, later groups are only evaluated (dry run) for their statuses: a later
+        // (shared, hot) key then never holds a charge that is about to be refunded.
+        let mut dry = false;
+        for g in &groups {
             let request = || {
                 let keys: Vec<Key> = g
                     .keys
@@ -218,7 +238,12 @@ impl RedisStore {
                     .collect();
                 let mut args: Vec<Value> = Vec::with_capacity(4 + g.charges.len() * 8);
                 args.push(now_arg.clone());
-                args.push(Value::Integer(mode.count_rejected as i64));
+                // 0 decide, 1 count rejected, 2 dry run (evaluate only).
+                args.push(Value::Integer(if dry {
+                    2
+                } else {
+                    mode.count_rejected as i64
+                }));
                 args.push(Value::Integer(quota_total as i64));
                 args.push(Value::Integer(g.charges.len() as i64));
                 for (&ci, &slot) in g.charges.iter().zip(&g.slots) {
@@ -243,22 +268,8 @@ impl RedisStore {
                 }
                 (keys, args)
             };
-            self.eval(&self.decide_sha, DECIDE_LUA, request)
-        });
-        let replies = join_all(calls).await;
 
-        let mut outcomes = vec![
-            Outcome {
-                allowed: true,
-                remaining: 0,
-                wait_us: None,
-            };
-            charges.len()
-        ];
-        let mut landed = vec![false; charges.len()];
-        let mut group_now = Vec::with_capacity(groups.len());
-        for (g, reply) in groups.iter().zip(replies) {
-            let reply = reply?;
+            let reply = self.eval(&self.decide_sha, DECIDE_LUA, request).await?;
             if reply.len() != 1 + 4 * g.charges.len() {
                 return Err(StoreError(format!(
                     "unexpected script reply of {} values",
@@ -266,6 +277,7 @@ impl RedisStore {
                 )));
             }
             group_now.push(reply[0]);
+            let mut denied = false;
             for (i, &ci) in g.charges.iter().enumerate() {
                 let r = &reply[1 + 4 * i..5 + 4 * i];
                 outcomes[ci] = Outcome {
@@ -274,7 +286,10 @@ impl RedisStore {
                     wait_us: (r[2] >= 0).then_some(r[2] as u64),
                 };
                 landed[ci] = r[3] == 1;
+                let c = &charges[ci];
+                denied |= r[0] == 0 && c.role == Role::Enforced && !c.limit.params.overdraft;
             }
+            dry |= denied && !mode.count_rejected;
         }
 
         let mut refunds = Vec::new();
@@ -290,6 +305,7 @@ impl RedisStore {
                 BatchVerdict::OverdraftOnly => !c.limit.params.overdraft,
                 BatchVerdict::Deny => true,
             };
+            // `group_now` covers the groups that ran, a prefix of `groups`.
             for (g, &now) in groups.iter().zip(&group_now) {
                 let refund: Vec<usize> = g
                     .charges
@@ -404,7 +420,8 @@ impl RedisStore {
                 && wait_fits_one
             {
                 if let Some(w) = o.wait_us.filter(|&w| w > 0) {
-                    self.cache.insert(&c.key, p, now, now + w);
+                    self.cache
+                        .insert(&c.key, p, now, now + CACHE_RECHECK_US, now + w);
                 }
             }
         }
