@@ -12,14 +12,11 @@
 --          slot (1-based index into KEYS), algorithm (f|s|t), limit, window_us, burst,
 --          overdraft (0|1), cost, role (e = enforced, s = shadow, q<descriptor> = quota)
 --
--- State per key (struct-packed doubles): fixed window <count, end>; token bucket <tat>;
--- sliding window <time, cost>* (oldest first).
+-- State per key (struct-packed doubles, integers): fixed window <count, end>; token bucket
+-- <us, frac> for tat = us + frac / limit; sliding window <time, cost>* (oldest first).
 --
 -- Returns { now, then 4 integers per charge: allowed (0|1), remaining, wait_us (-1 = never),
 -- landed (0|1: the charge was written) }.
-
--- Token bucket float tolerance in µs (src/algorithm.rs TOLERANCE_US).
-local TOLERANCE_US = 1.0
 
 local now
 if ARGV[1] == '' then
@@ -50,6 +47,14 @@ for i = 1, n do
   }
 end
 
+-- Integer division of non-negative integers held in doubles, exact below 2^53.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
+  return q, r
+end
+
 local function capacity(c)
   if c.alg == 't' then return c.burst end
   return c.limit
@@ -68,9 +73,10 @@ local function load(key, c)
     if stop <= now then return nil end
     return { count = count, stop = stop }
   elseif c.alg == 't' then
-    local tat = struct.unpack('<d', raw)
-    if tat <= now then return nil end
-    return { tat = tat }
+    -- tat = us + frac / limit
+    local us, frac = struct.unpack('<dd', raw)
+    if us < now or (us == now and frac == 0) then return nil end
+    return { us = us, frac = frac }
   end
   local ts, cs, total = {}, {}, 0
   local pos = 1
@@ -94,14 +100,19 @@ local function copy(s)
     for i = 1, #s.ts do ts[i] = s.ts[i]; cs[i] = s.cs[i] end
     return { ts = ts, cs = cs, total = s.total }
   end
-  return { count = s.count, stop = s.stop, tat = s.tat }
+  return { count = s.count, stop = s.stop, us = s.us, frac = s.frac }
 end
 
-local function used(s, c)
+-- Token bucket debt, (tat - now) * limit (0 when full).
+local function debt(s, c)
+  if s == nil or s.us < now then return 0 end
+  return (s.us - now) * c.limit + s.frac
+end
+
+local function used(s)
   if s == nil then return 0 end
-  if c.alg == 'f' then return s.count end
-  if c.alg == 's' then return s.total end
-  return math.max(s.tat - now, 0) * c.limit / c.window
+  if s.count then return s.count end
+  return s.total
 end
 
 local function check_cost(c)
@@ -109,13 +120,11 @@ local function check_cost(c)
   return math.max(c.cost, 1)
 end
 
-local function tolerance(c)
-  if c.alg == 't' then return TOLERANCE_US * c.limit / c.window end
-  return 0
-end
-
 local function fits(s, c, k)
-  return used(s, c) + k <= capacity(c) + tolerance(c)
+  if c.alg == 't' then
+    return debt(s, c) + k * c.window <= c.burst * c.window
+  end
+  return used(s) + k <= c.limit
 end
 
 local function charge(s, c)
@@ -127,10 +136,10 @@ local function charge(s, c)
     s.count = s.count + c.cost
     return s
   elseif c.alg == 't' then
-    local interval = c.window / c.limit
-    local base = now
-    if s ~= nil then base = math.max(s.tat, now) end
-    return { tat = base + c.cost * interval }
+    local us, frac = now, 0
+    if s ~= nil and s.us >= now then us, frac = s.us, s.frac end
+    local q, r = idiv(frac + c.cost * c.window, c.limit)
+    return { us = us + q, frac = r }
   end
   if s == nil then
     return { ts = { now }, cs = { c.cost }, total = c.cost }
@@ -149,8 +158,19 @@ local function charge(s, c)
 end
 
 local function remaining(s, c)
-  local left = capacity(c) - used(s, c) + tolerance(c)
-  return math.floor(math.max(left, 0))
+  if c.alg == 't' then
+    local left = c.burst * c.window - debt(s, c)
+    if left <= 0 then return 0 end
+    local q = idiv(left, c.window)
+    return q
+  end
+  return math.max(c.limit - used(s), 0)
+end
+
+local function ceil_div(a, b)
+  local q, r = idiv(a, b)
+  if r > 0 then q = q + 1 end
+  return q
 end
 
 local function reset_after(s, c)
@@ -160,7 +180,7 @@ local function reset_after(s, c)
   end
   if c.alg == 'f' then return math.max(s.stop - now, 0) end
   if c.alg == 's' then return math.max(s.ts[#s.ts] + c.window - now, 0) end
-  return math.ceil(math.max(s.tat - now, 0))
+  return ceil_div(debt(s, c), c.limit)
 end
 
 local function retry_after(s, c, k)
@@ -177,20 +197,21 @@ local function retry_after(s, c, k)
     end
     return wait
   end
-  local interval = c.window / c.limit
-  local over = s.tat + k * interval - now - c.burst * interval
-  return math.ceil(math.max(over, 0))
+  local over = debt(s, c) + k * c.window - c.burst * c.window
+  if over <= 0 then return 0 end
+  return ceil_div(over, c.limit)
 end
 
 local function expires_at(s, c)
   if c.alg == 'f' then return s.stop end
   if c.alg == 's' then return s.ts[#s.ts] + c.window end
-  return math.ceil(s.tat)
+  if s.frac > 0 then return s.us + 1 end
+  return s.us
 end
 
 local function encode(s, c)
   if c.alg == 'f' then return struct.pack('<dd', s.count, s.stop) end
-  if c.alg == 't' then return struct.pack('<d', s.tat) end
+  if c.alg == 't' then return struct.pack('<dd', s.us, s.frac) end
   local parts = {}
   for i = 1, #s.ts do parts[i] = struct.pack('<dd', s.ts[i], s.cs[i]) end
   return table.concat(parts)

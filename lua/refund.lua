@@ -30,11 +30,19 @@ for i = 1, n do
         end
       end
     elseif alg == 't' then
-      local tat = struct.unpack('<d', raw) - cost * window / limit
-      if tat <= now then
+      -- tat = us + frac / limit; subtract cost * window / limit exactly.
+      local us, frac = struct.unpack('<dd', raw)
+      local scaled = cost * window
+      local q = math.floor(scaled / limit)
+      local r = scaled - q * limit
+      if r < 0 then q = q - 1; r = r + limit elseif r >= limit then q = q + 1; r = r - limit end
+      us = us - q
+      frac = frac - r
+      if frac < 0 then frac = frac + limit; us = us - 1 end
+      if us < now or (us == now and frac == 0) then
         redis.call('DEL', key)
       else
-        redis.call('SET', key, struct.pack('<d', tat), 'KEEPTTL')
+        redis.call('SET', key, struct.pack('<dd', us, frac), 'KEEPTTL')
       end
     else
       local parts, pos, left = {}, 1, cost

@@ -6,32 +6,23 @@
 //! distinct counter key). The memory store calls these functions under its shard locks; the
 //! Redis Lua scripts implement the same rules, and one conformance table holds both to them.
 //!
-//! Times are microseconds since the Unix epoch.
+//! Times are microseconds since the Unix epoch. All arithmetic is in integers, so both stores
+//! agree exactly (Lua holds integers below 2^53 exactly; config validation keeps token bucket
+//! products below that).
 //!
 //! - fixed window: `count` in the epoch-aligned window ending at `end`;
 //! - sliding window: a log of `(time, cost)` charges within the trailing window; charges in
 //!   one granule (`window / 1000`, at least 1 ms, epoch-aligned) share an entry stamped with
 //!   the latest. Merging moves usage *later*, by less than a granule, so the count can only
 //!   overstate what the trailing window holds: never over-admits;
-//! - token bucket (GCRA): `tat`, the theoretical arrival time. With emission interval
-//!   `T = window / rate`, the bucket holds `burst - (tat - now) / T` tokens.
+//! - token bucket (GCRA): `tat`, the theoretical arrival time, held exactly as
+//!   `us + frac / limit` µs. With emission interval `T = window / limit`, a charge of `c`
+//!   moves `tat` to `max(tat, now) + c·T`, and `k` fits while `tat + k·T - now ≤ burst·T`.
+//!   Scaled by `limit`, every comparison is an integer one.
 
 use std::collections::VecDeque;
 
 use crate::limit::{Algorithm, LimitParams};
-
-/// Tolerance for float rounding in the token bucket, in microseconds: its `tat` is a double
-/// at epoch scale (a quarter-microsecond resolution) and `T` may be fractional (`7/s`). A
-/// request may fit up to this much early; never later than it should.
-const TOLERANCE_US: f64 = 1.0;
-
-/// [`TOLERANCE_US`] in cost units; the other algorithms count in whole units and need none.
-fn tolerance(p: &LimitParams) -> f64 {
-    match p.algorithm {
-        Algorithm::TokenBucket => TOLERANCE_US * p.limit as f64 / p.window_us as f64,
-        _ => 0.0,
-    }
-}
 
 /// Stored state of one counter key.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +35,11 @@ pub enum State {
         entries: VecDeque<(u64, u64)>,
         total: u64,
     },
-    Tat(f64),
+    /// Theoretical arrival time `us + frac / limit` (`frac < limit`).
+    Tat {
+        us: u64,
+        frac: u64,
+    },
 }
 
 /// Smallest distance between two separately stored sliding-window charges.
@@ -67,20 +62,29 @@ pub fn refresh(state: &mut Option<State>, p: &LimitParams, now: u64) {
             }
             entries.is_empty()
         }
-        Some(State::Tat(tat)) => *tat <= now as f64,
+        Some(State::Tat { us, frac }) => *us < now || (*us == now && *frac == 0),
     };
     if expired {
         *state = None;
     }
 }
 
-/// Usage counted against the limit now, in cost units (tokens in use for a bucket, rounded up).
-fn used_tokens(state: &Option<State>, p: &LimitParams, now: u64) -> f64 {
+/// Token bucket: `(tat - now) · limit`, the bucket's debt scaled to integers (0 when full).
+fn debt(state: &Option<State>, p: &LimitParams, now: u64) -> u128 {
     match state {
-        None => 0.0,
-        Some(State::Window { count, .. }) => *count as f64,
-        Some(State::Log { total, .. }) => *total as f64,
-        Some(State::Tat(tat)) => (tat - now as f64).max(0.0) * p.limit as f64 / p.window_us as f64,
+        Some(State::Tat { us, frac }) if *us >= now => {
+            (*us - now) as u128 * p.limit as u128 + *frac as u128
+        }
+        _ => 0,
+    }
+}
+
+/// Fixed and sliding window usage, in cost units.
+fn used(state: &Option<State>) -> u64 {
+    match state {
+        Some(State::Window { count, .. }) => *count,
+        Some(State::Log { total, .. }) => *total,
+        _ => 0,
     }
 }
 
@@ -96,7 +100,13 @@ pub fn check_cost(p: &LimitParams, cost: u64) -> u64 {
 
 /// Whether `k` more fits now. `state` must be refreshed.
 pub fn fits(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> bool {
-    used_tokens(state, p, now) + k as f64 <= p.capacity() as f64 + tolerance(p)
+    match p.algorithm {
+        Algorithm::TokenBucket => {
+            let w = p.window_us as u128;
+            debt(state, p, now) + k as u128 * w <= p.burst as u128 * w
+        }
+        _ => used(state) as u128 + k as u128 <= p.limit as u128,
+    }
 }
 
 /// Adds `cost` to the state. `state` must be refreshed.
@@ -136,20 +146,29 @@ pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) {
             }
         },
         Algorithm::TokenBucket => {
-            let interval = p.window_us as f64 / p.limit as f64;
-            let base = match state {
-                Some(State::Tat(tat)) => tat.max(now as f64),
-                _ => now as f64,
+            let (us, frac) = match state {
+                Some(State::Tat { us, frac }) if *us >= now => (*us, *frac),
+                _ => (now, 0),
             };
-            *state = Some(State::Tat(base + cost as f64 * interval));
+            let total = frac as u128 + cost as u128 * p.window_us as u128;
+            let limit = p.limit as u128;
+            *state = Some(State::Tat {
+                us: us + (total / limit) as u64,
+                frac: (total % limit) as u64,
+            });
         }
     }
 }
 
 /// What is left now, in whole cost units.
 pub fn remaining(state: &Option<State>, p: &LimitParams, now: u64) -> u64 {
-    let left = p.capacity() as f64 - used_tokens(state, p, now) + tolerance(p);
-    left.max(0.0).floor() as u64
+    match p.algorithm {
+        Algorithm::TokenBucket => {
+            let full = p.burst as u128 * p.window_us as u128;
+            (full.saturating_sub(debt(state, p, now)) / p.window_us as u128) as u64
+        }
+        _ => p.limit.saturating_sub(used(state)),
+    }
 }
 
 /// Time until the limit is whole again (nothing used).
@@ -162,7 +181,7 @@ pub fn reset_after(state: &Option<State>, p: &LimitParams, now: u64) -> u64 {
         Some(State::Log { entries, .. }) => entries
             .back()
             .map_or(0, |&(t, _)| (t + p.window_us).saturating_sub(now)),
-        Some(State::Tat(tat)) => (tat - now as f64).max(0.0).ceil() as u64,
+        Some(State::Tat { .. }) => debt(state, p, now).div_ceil(p.limit as u128) as u64,
     }
 }
 
@@ -190,10 +209,11 @@ pub fn retry_after(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> 
             }
             wait
         }
-        Some(State::Tat(tat)) => {
-            let interval = p.window_us as f64 / p.limit as f64;
-            let over = tat + k as f64 * interval - now as f64 - p.burst as f64 * interval;
-            over.max(0.0).ceil() as u64
+        Some(State::Tat { .. }) => {
+            // Smallest w with debt - w·limit + k·window <= burst·window.
+            let w = p.window_us as u128;
+            let over = (debt(state, p, now) + k as u128 * w).saturating_sub(p.burst as u128 * w);
+            over.div_ceil(p.limit as u128) as u64
         }
     })
 }
@@ -203,7 +223,7 @@ pub fn expires_at(state: &State, p: &LimitParams) -> u64 {
     match state {
         State::Window { end_us, .. } => *end_us,
         State::Log { entries, .. } => entries.back().map_or(0, |&(t, _)| t + p.window_us),
-        State::Tat(tat) => tat.ceil() as u64,
+        State::Tat { us, frac } => us + u64::from(*frac > 0),
     }
 }
 

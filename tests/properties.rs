@@ -462,16 +462,21 @@ proptest! {
                     prop_assert_eq!(count, sum, "step {}: {:?}", i, live);
                 }
                 _ => {
-                    let exact = tat_scaled as f64 / p.limit as f64;
-                    // Each charge may round `tat` by half an ulp at epoch magnitude.
-                    let slack = (charged.len() + 1) as f64 * now as f64 * f64::EPSILON;
-                    let tat = match live {
-                        Some(State::Tat(tat)) => tat,
-                        _ => now as f64,
+                    // The stored `tat` is exact: `us + frac / limit`, scaled by `limit`.
+                    let now_scaled = u128::from(now) * u128::from(p.limit);
+                    let stored = match live {
+                        Some(State::Tat { us, frac }) => {
+                            u128::from(us) * u128::from(p.limit) + u128::from(frac)
+                        }
+                        _ => now_scaled,
                     };
-                    prop_assert!(
-                        (tat - exact.max(now as f64)).abs() <= slack,
-                        "step {i}: tat {tat}, exact {exact} (now {now})"
+                    prop_assert_eq!(
+                        stored.max(now_scaled),
+                        tat_scaled.max(now_scaled),
+                        "step {}: {:?} (now {})",
+                        i,
+                        live,
+                        now
                     );
                 }
             }

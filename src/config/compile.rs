@@ -159,6 +159,13 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
     if algorithm == Algorithm::TokenBucket && requests_per_unit == 0 {
         return Err("a token_bucket limit needs requests_per_unit of at least 1".into());
     }
+    // The Redis script holds `burst × window` (µs) exactly only below 2^53.
+    if algorithm == Algorithm::TokenBucket && burst as u128 * window_us as u128 > 1u128 << 53 {
+        return Err(format!(
+            "token_bucket burst {burst} over a {}s window is too large: keep burst × window (in microseconds) under 2^53",
+            window_us / 1_000_000
+        ));
+    }
     let params = LimitParams {
         algorithm,
         limit: requests_per_unit as u64,

@@ -12,7 +12,7 @@
 //! topology and reloads scripts after changes. A local cache remembers limits known to be
 //! exhausted until a time, so the deny path can skip Redis.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,9 @@ use crate::plan::Charge;
 /// A cached denial is re-checked with Redis at least this often: a denial can rest on another
 /// request's charge that a refund is about to undo, and must not outlive it by a whole window.
 const CACHE_RECHECK_US: u64 = 1_000_000;
+
+/// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
+const SYNC_EVERY_TICKS: u64 = 20;
 
 const DECIDE_LUA: &str = include_str!("../../lua/decide.lua");
 const REFUND_LUA: &str = include_str!("../../lua/refund.lua");
@@ -63,6 +66,8 @@ pub struct RedisStore {
     refund_sha: String,
     opts: RedisOptions,
     ready: Arc<AtomicBool>,
+    /// Upkeep rounds so far (`maintain` runs about twice a second).
+    ticks: AtomicU64,
     cache: LocalCache,
     /// The instance clock, for the local cache.
     wall: Arc<dyn Clock>,
@@ -147,6 +152,7 @@ impl RedisStore {
             client,
             opts,
             ready: Arc::new(AtomicBool::new(false)),
+            ticks: AtomicU64::new(0),
             wall,
         };
         Ok(store)
@@ -442,11 +448,7 @@ impl RedisStore {
                 self.client.with_options(&opts(None)).ping(None).await;
             return pong.is_ok();
         }
-        let primaries = self
-            .client
-            .cached_cluster_state()
-            .map(|s| s.unique_primary_nodes())
-            .unwrap_or_default();
+        let primaries = self.primaries();
         let mut ok = !primaries.is_empty();
         for server in primaries {
             let pong: Result<String, Error> = self
@@ -460,6 +462,14 @@ impl RedisStore {
             let _ = tokio::time::timeout(timeout, self.client.sync_cluster()).await;
         }
         ok
+    }
+
+    /// The primaries as fred last saw them (empty for a single node).
+    fn primaries(&self) -> Vec<Server> {
+        self.client
+            .cached_cluster_state()
+            .map(|s| s.unique_primary_nodes())
+            .unwrap_or_default()
     }
 
     async fn load_scripts(&self) {
@@ -561,13 +571,18 @@ impl Store for RedisStore {
 
     async fn maintain(&self) {
         let was = self.ready.load(Ordering::Relaxed);
+        let primaries_before = self.primaries();
         let now = self.probe().await;
-        if now && !was {
-            if self.client.is_clustered() {
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(1), self.client.sync_cluster()).await;
-            }
+        // Topology: re-synced when a primary fails to answer (in `probe`), on MOVED (by fred),
+        // and periodically here; scripts are loaded again whenever the primaries changed.
+        let ticks = self.ticks.fetch_add(1, Ordering::Relaxed);
+        if self.client.is_clustered() && ticks.is_multiple_of(SYNC_EVERY_TICKS) {
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.client.sync_cluster()).await;
+        }
+        if now && (!was || self.primaries() != primaries_before) {
             self.load_scripts().await;
+        }
+        if now && !was {
             tracing::info!("redis reachable");
         } else if !now && was {
             tracing::warn!("redis unreachable");
