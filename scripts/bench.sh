@@ -167,7 +167,7 @@ m1=$(redis-cli -p "$SINGLE" info memory | awk -F: '/^used_memory:/{print $2+0}')
 sleep 3
 keys_after=$(redis-cli -p "$SINGLE" dbsize)
 BYTES_PER_KEY=$(( (m1 - m0) / (keys > 0 ? keys : 1) ))
-SAMPLE_KEY=$(redis-cli -p "$SINGLE" --scan --count 1000 | head -1)
+SAMPLE_KEY=$(redis-cli -p "$SINGLE" randomkey || true)
 kill "$TG_PID"
 
 echo "redis cluster..." >&2

@@ -2,10 +2,11 @@
 //!
 //! A request's charges are split into placement groups by hash tag (see `plan`): every key of
 //! a group lives in one slot, so one `EVALSHA` of `lua/decide.lua` decides and charges the
-//! group atomically. Groups run one after another in a fixed order (descriptor groups first,
-//! shared limits last, one round trip each); after a denial the rest only evaluate (dry run)
-//! and charge nothing. When a later group denies, `lua/refund.lua` undoes exactly the earlier
-//! groups' charges. That can briefly under-admit, never over-admit.
+//! group atomically. Descriptor groups run concurrently (one round trip for all of them), then
+//! shared limits in a fixed order (one round trip each); once a group denies, the shared ones
+//! only evaluate (dry run) and charge nothing. When the request is denied after a group
+//! charged, `lua/refund.lua` undoes exactly that group's charges. That can briefly
+//! under-admit, never over-admit.
 //!
 //! Every call has a deadline; past it, or on any Redis error, the caller applies the failure
 //! policy. A background task pings every primary to drive readiness, re-syncs the cluster
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::config::{Options, ReconnectPolicy};
+use futures::future::join_all;
 
 use super::local_cache::LocalCache;
 use super::{ApplyMode, Outcome, Store, StoreError};
@@ -204,6 +206,49 @@ impl RedisStore {
         }
     }
 
+    /// KEYS and ARGV of `lua/decide.lua` for one group; `script_mode` 0 decide, 1 count
+    /// rejected, 2 dry run.
+    fn group_request(
+        &self,
+        g: &Group,
+        charges: &[Charge<'_>],
+        now_arg: &Value,
+        script_mode: i64,
+        quota_total: usize,
+    ) -> (Vec<Key>, Vec<Value>) {
+        let keys: Vec<Key> = g
+            .keys
+            .iter()
+            .map(|k| Key::from(format!("{}{}", self.opts.key_prefix, k)))
+            .collect();
+        let mut args: Vec<Value> = Vec::with_capacity(4 + g.charges.len() * 8);
+        args.push(now_arg.clone());
+        args.push(Value::Integer(script_mode));
+        args.push(Value::Integer(quota_total as i64));
+        args.push(Value::Integer(g.charges.len() as i64));
+        for (&ci, &slot) in g.charges.iter().zip(&g.slots) {
+            let c = &charges[ci];
+            let p = &c.limit.params;
+            args.push(Value::Integer(slot as i64 + 1));
+            args.push(Value::from_static_str(match p.algorithm {
+                Algorithm::FixedWindow => "f",
+                Algorithm::SlidingWindow => "s",
+                Algorithm::TokenBucket => "t",
+            }));
+            args.push(Value::Integer(p.limit as i64));
+            args.push(Value::Integer(p.window_us as i64));
+            args.push(Value::Integer(p.burst as i64));
+            args.push(Value::Integer(p.overdraft as i64));
+            args.push(Value::Integer(c.cost.min(i64::MAX as u64) as i64));
+            args.push(match c.role {
+                Role::Enforced => Value::from_static_str("e"),
+                Role::Shadow => Value::from_static_str("s"),
+                Role::Quota { descriptor } => Value::from(format!("q{descriptor}")),
+            });
+        }
+        (keys, args)
+    }
+
     fn now_arg(&self) -> Value {
         match &self.opts.clock {
             ClockSource::Redis => Value::from_static_str(""),
@@ -230,59 +275,17 @@ impl RedisStore {
             charges.len()
         ];
         let mut landed = vec![false; charges.len()];
-        let mut group_now = Vec::with_capacity(groups.len());
-        // In order, descriptor groups first and shared limits last. Once an enforced limit
-        // denies, later groups are only evaluated (dry run) for their statuses: a later
-        // (shared, hot) key then never holds a charge that is about to be refunded.
-        let mut dry = false;
-        for g in &groups {
-            let request = || {
-                let keys: Vec<Key> = g
-                    .keys
-                    .iter()
-                    .map(|k| Key::from(format!("{}{}", self.opts.key_prefix, k)))
-                    .collect();
-                let mut args: Vec<Value> = Vec::with_capacity(4 + g.charges.len() * 8);
-                args.push(now_arg.clone());
-                // 0 decide, 1 count rejected, 2 dry run (evaluate only).
-                args.push(Value::Integer(if dry {
-                    2
-                } else {
-                    mode.count_rejected as i64
-                }));
-                args.push(Value::Integer(quota_total as i64));
-                args.push(Value::Integer(g.charges.len() as i64));
-                for (&ci, &slot) in g.charges.iter().zip(&g.slots) {
-                    let c = &charges[ci];
-                    let p = &c.limit.params;
-                    args.push(Value::Integer(slot as i64 + 1));
-                    args.push(Value::from_static_str(match p.algorithm {
-                        Algorithm::FixedWindow => "f",
-                        Algorithm::SlidingWindow => "s",
-                        Algorithm::TokenBucket => "t",
-                    }));
-                    args.push(Value::Integer(p.limit as i64));
-                    args.push(Value::Integer(p.window_us as i64));
-                    args.push(Value::Integer(p.burst as i64));
-                    args.push(Value::Integer(p.overdraft as i64));
-                    args.push(Value::Integer(c.cost.min(i64::MAX as u64) as i64));
-                    args.push(match c.role {
-                        Role::Enforced => Value::from_static_str("e"),
-                        Role::Shadow => Value::from_static_str("s"),
-                        Role::Quota { descriptor } => Value::from(format!("q{descriptor}")),
-                    });
-                }
-                (keys, args)
-            };
-
-            let reply = self.eval(&self.decide_sha, DECIDE_LUA, request).await?;
+        // The `now` each group ran at (for refunds); `None` for a group that did not run.
+        let mut group_now: Vec<Option<i64>> = vec![None; groups.len()];
+        let mut record = |gi: usize, reply: Vec<i64>| -> Result<bool, StoreError> {
+            let g = &groups[gi];
             if reply.len() != 1 + 4 * g.charges.len() {
                 return Err(StoreError(format!(
                     "unexpected script reply of {} values",
                     reply.len()
                 )));
             }
-            group_now.push(reply[0]);
+            group_now[gi] = Some(reply[0]);
             let mut denied = false;
             for (i, &ci) in g.charges.iter().enumerate() {
                 let r = &reply[1 + 4 * i..5 + 4 * i];
@@ -295,7 +298,28 @@ impl RedisStore {
                 let c = &charges[ci];
                 denied |= r[0] == 0 && c.role == Role::Enforced && !c.limit.params.overdraft;
             }
-            dry |= denied && !mode.count_rejected;
+            Ok(denied)
+        };
+        let (groups_ref, now_ref) = (&groups, &now_arg);
+        let decide = |gi: usize, dry: bool| {
+            let script_mode = if dry { 2 } else { mode.count_rejected as i64 };
+            self.eval(&self.decide_sha, DECIDE_LUA, move || {
+                self.group_request(&groups_ref[gi], charges, now_ref, script_mode, quota_total)
+            })
+        };
+        // Descriptor groups share no key: they run concurrently, one round trip for all.
+        // Shared (global, hot) limits run after them, in order, and once an enforced limit
+        // has denied they are only evaluated (dry run) for their statuses: a shared key never
+        // holds a charge that is about to be refunded.
+        let first_shared = groups.iter().position(|g| g.shared).unwrap_or(groups.len());
+        let replies = join_all((0..first_shared).map(|gi| decide(gi, false))).await;
+        let mut dry = false;
+        for (gi, reply) in replies.into_iter().enumerate() {
+            dry |= record(gi, reply?)? && !mode.count_rejected;
+        }
+        for gi in first_shared..groups.len() {
+            let reply = decide(gi, dry).await?;
+            dry |= record(gi, reply)? && !mode.count_rejected;
         }
 
         let mut refunds = Vec::new();
@@ -311,8 +335,8 @@ impl RedisStore {
                 BatchVerdict::OverdraftOnly => !c.limit.params.overdraft,
                 BatchVerdict::Deny => true,
             };
-            // `group_now` covers the groups that ran, a prefix of `groups`.
-            for (g, &now) in groups.iter().zip(&group_now) {
+            for (g, now) in groups.iter().zip(&group_now) {
+                let Some(now) = *now else { continue };
                 let refund: Vec<usize> = g
                     .charges
                     .iter()
