@@ -112,16 +112,18 @@ ROWS=()
 run() {
   local store=$1 scenario=$2 ports=$3; shift 4
   local c0 r0 c1 r1 json
+  # Warm up in a separate run, so the CPU measured below covers exactly the counted decisions.
+  $TG bench --addr "http://127.0.0.1:$TG_PORT" --domain bench --duration "$WARMUP" --warmup 0s \
+    --json "$@" >/dev/null 2>&1
   c0=$(cpu_s "$TG_PID"); r0=0; [ -n "$ports" ] && r0=$(redis_cpu $ports)
   json=$($TG bench --addr "http://127.0.0.1:$TG_PORT" --domain bench --duration "$DURATION" \
-    --warmup "$WARMUP" --json "$@" 2>/dev/null)
+    --warmup 0s --json "$@" 2>/dev/null)
   c1=$(cpu_s "$TG_PID"); r1=0; [ -n "$ports" ] && r1=$(redis_cpu $ports)
   ROWS+=("$(python3 - "$store" "$scenario" "$c0" "$c1" "$r0" "$r1" "$json" "$*" <<'PY'
 import json, sys
 store, scen, c0, c1, r0, r1, raw, args = sys.argv[1:]
 d = json.loads(raw)
-# CPU is measured over warmup + run; count the decisions of both.
-reqs = d.get("requests", 0) + d.get("warmup_requests", 0)
+reqs = d.get("requests", 0)
 cpu = float(c1) - float(c0)
 rcpu = float(r1) - float(r0)
 per_cpu = reqs / cpu if cpu > 0 else 0
