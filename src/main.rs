@@ -16,6 +16,10 @@ use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
 use tollgate::validate::Bounds;
 
+/// mimalloc: fewer cycles in malloc/free on the request path than the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
