@@ -143,12 +143,9 @@ pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
     })
 }
 
-fn code_name(c: i32) -> &'static str {
-    match Code::try_from(c) {
-        Ok(Code::Ok) => "OK",
-        Ok(Code::OverLimit) => "OVER_LIMIT",
-        _ => "UNKNOWN",
-    }
+/// The proto enum name of a response code (`OK`, `OVER_LIMIT`, `UNKNOWN`).
+pub fn code_name(c: i32) -> &'static str {
+    Code::try_from(c).map_or("UNKNOWN", |c| c.as_str_name())
 }
 
 /// Renders a response as proto3 JSON (defaults omitted).

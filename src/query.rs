@@ -2,9 +2,10 @@
 
 use std::fmt::Write as _;
 
+use crate::json::code_name;
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
-use crate::pb::rls::rate_limit_response::{rate_limit, Code};
+use crate::pb::rls::rate_limit_response::rate_limit;
 use crate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 
@@ -46,17 +47,9 @@ pub async fn run(
     Ok(render(&req, &resp))
 }
 
-fn code(c: i32) -> &'static str {
-    match Code::try_from(c) {
-        Ok(Code::Ok) => "OK",
-        Ok(Code::OverLimit) => "OVER_LIMIT",
-        _ => "UNKNOWN",
-    }
-}
-
 /// The answer, one line per descriptor.
 pub fn render(req: &RateLimitRequest, resp: &RateLimitResponse) -> String {
-    let mut out = format!("overall: {}\n", code(resp.overall_code));
+    let mut out = format!("overall: {}\n", code_name(resp.overall_code));
     for (i, s) in resp.statuses.iter().enumerate() {
         let entries: Vec<String> = req
             .descriptors
@@ -68,7 +61,7 @@ pub fn render(req: &RateLimitRequest, resp: &RateLimitResponse) -> String {
                     .collect()
             })
             .unwrap_or_default();
-        let _ = write!(out, "[{i}] {}: {}", entries.join(","), code(s.code));
+        let _ = write!(out, "[{i}] {}: {}", entries.join(","), code_name(s.code));
         if let Some(l) = &s.current_limit {
             let unit = rate_limit::Unit::try_from(l.unit)
                 .map(|u| u.as_str_name().to_ascii_lowercase())

@@ -65,15 +65,6 @@ impl MemoryStore {
             .sum()
     }
 
-    /// Live counters (including not yet swept expired ones).
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn apply_now(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Vec<Outcome> {
         let now = self.clock.now_us();
         // Distinct keys become slots; a request has few charges, so linear search is fine.

@@ -230,11 +230,7 @@ impl RedisStore {
             let c = &charges[ci];
             let p = &c.limit.params;
             args.push(Value::Integer(slot as i64 + 1));
-            args.push(Value::from_static_str(match p.algorithm {
-                Algorithm::FixedWindow => "f",
-                Algorithm::SlidingWindow => "s",
-                Algorithm::TokenBucket => "t",
-            }));
+            args.push(Value::from_static_str(p.algorithm.tag()));
             args.push(Value::Integer(p.limit as i64));
             args.push(Value::Integer(p.window_us as i64));
             args.push(Value::Integer(p.burst as i64));
@@ -360,11 +356,11 @@ impl RedisStore {
     /// Undoes charges of one group. A failure only logs: the charges then stay until their
     /// window passes (under-admitting, never over-admitting).
     async fn refund(&self, refund: &[usize], charges: &[Charge<'_>], now: i64) {
-        let mut keys: Vec<String> = Vec::new();
-        let mut args = vec![now.to_string(), refund.len().to_string()];
+        let mut keys: Vec<Key> = Vec::new();
+        let mut args = vec![Value::Integer(now), Value::Integer(refund.len() as i64)];
         for &ci in refund {
             let c = &charges[ci];
-            let key = format!("{}{}", self.opts.key_prefix, c.key);
+            let key = Key::from(format!("{}{}", self.opts.key_prefix, c.key));
             let slot = match keys.iter().position(|k| *k == key) {
                 Some(i) => i,
                 None => {
@@ -374,19 +370,17 @@ impl RedisStore {
             };
             let p = &c.limit.params;
             args.extend([
-                (slot + 1).to_string(),
-                p.algorithm.tag().to_string(),
-                p.limit.to_string(),
-                p.window_us.to_string(),
-                c.cost.to_string(),
+                Value::Integer(slot as i64 + 1),
+                Value::from_static_str(p.algorithm.tag()),
+                Value::Integer(p.limit as i64),
+                Value::Integer(p.window_us as i64),
+                Value::Integer(c.cost.min(i64::MAX as u64) as i64),
             ]);
         }
         let res = tokio::time::timeout(
             self.opts.timeout,
             self.eval(&self.refund_sha, REFUND_LUA, || {
-                let keys = keys.iter().map(|k| Key::from(k.as_str())).collect();
-                let args = args.iter().map(|a| Value::from(a.as_str())).collect();
-                (keys, args)
+                (keys.clone(), args.clone())
             }),
         )
         .await;
