@@ -29,8 +29,9 @@ for bin in redis-server redis-cli redis-benchmark python3; do
 done
 
 echo "building tollgate (release)..." >&2
-cargo build --release --quiet --bin tollgate
+cargo build --release --quiet --workspace --bins
 TG=target/release/tollgate
+BENCH=target/release/tollgate-bench
 
 free_port() {
   python3 - "$@" <<'PY'
@@ -113,10 +114,10 @@ run() {
   local store=$1 scenario=$2 ports=$3; shift 4
   local c0 r0 c1 r1 json
   # Warm up in a separate run, so the CPU measured below covers exactly the counted decisions.
-  $TG bench --addr "http://127.0.0.1:$TG_PORT" --domain bench --duration "$WARMUP" --warmup 0s \
+  $BENCH --addr "http://127.0.0.1:$TG_PORT" --domain bench --duration "$WARMUP" --warmup 0s \
     --json "$@" >/dev/null 2>&1
   c0=$(cpu_s "$TG_PID"); r0=0; [ -n "$ports" ] && r0=$(redis_cpu $ports)
-  json=$($TG bench --addr "http://127.0.0.1:$TG_PORT" --domain bench --duration "$DURATION" \
+  json=$($BENCH --addr "http://127.0.0.1:$TG_PORT" --domain bench --duration "$DURATION" \
     --warmup 0s --json "$@" 2>/dev/null)
   c1=$(cpu_s "$TG_PID"); r1=0; [ -n "$ports" ] && r1=$(redis_cpu $ports)
   ROWS+=("$(python3 - "$store" "$scenario" "$c0" "$c1" "$r0" "$r1" "$json" "$*" <<'PY'
@@ -162,7 +163,7 @@ scenarios redis "$SINGLE"
 # Memory per live key: 5-second fixed windows over 100,000 keys; fill, measure, let expire.
 redis-cli -p "$SINGLE" flushall >/dev/null; sleep 1
 m0=$(redis-cli -p "$SINGLE" info memory | awk -F: '/^used_memory:/{print $2+0}')
-$TG bench --addr "http://127.0.0.1:$TG_PORT" --domain bench --descriptor 'mem={key}' --keys 100000 \
+$BENCH --addr "http://127.0.0.1:$TG_PORT" --domain bench --descriptor 'mem={key}' --keys 100000 \
   --duration 3s --warmup 0s --json >/dev/null 2>&1
 keys=$(redis-cli -p "$SINGLE" dbsize)
 m1=$(redis-cli -p "$SINGLE" info memory | awk -F: '/^used_memory:/{print $2+0}')
@@ -200,7 +201,7 @@ RBINCR=$(redis-benchmark -p "$SINGLE" -n 200000 -c 50 -r 10000 -q INCR 'k:__rand
   echo
   echo "Measured by \`scripts/bench.sh $DURATION\` on $(date -u +%Y-%m-%d): $(nproc) cores,"
   echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load generator"
-  echo "(\`tollgate bench\`), tollgate and Redis all on this one machine. Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2)."
+  echo "(\`tollgate-bench\`), tollgate and Redis all on this one machine. Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2)."
   echo
   echo "Closed loop, 64 in flight over 4 connections, unless the scenario says open loop."
   echo "*per tollgate CPU-s* = decisions / CPU seconds the tollgate process used (user + system);"

@@ -6,11 +6,11 @@
 
 pub mod admin;
 pub mod algorithm;
-pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod decision;
+pub mod duration;
 pub mod json;
 pub mod limit;
 pub mod metrics;

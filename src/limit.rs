@@ -226,39 +226,9 @@ fn format_window(window_us: u64) -> String {
     }
 }
 
-/// Parses `90s`, `5m`, `1h`, `2d`, `1w`, `500ms` into microseconds.
-pub fn parse_duration(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit())?;
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let us_per = match unit {
-        "ms" => 1_000,
-        "s" => 1_000_000,
-        "m" => 60_000_000,
-        "h" => 3_600_000_000,
-        "d" => 86_400_000_000,
-        "w" => 7 * 86_400_000_000,
-        _ => return None,
-    };
-    n.checked_mul(us_per).filter(|&us| us > 0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("90s"), Some(90_000_000));
-        assert_eq!(parse_duration("5m"), Some(300_000_000));
-        assert_eq!(parse_duration("1h"), Some(3_600_000_000));
-        assert_eq!(parse_duration("250ms"), Some(250_000));
-        assert_eq!(parse_duration("0s"), None);
-        assert_eq!(parse_duration("5"), None);
-        assert_eq!(parse_duration("m"), None);
-        assert_eq!(parse_duration("5 parsecs"), None);
-    }
 
     #[test]
     fn units_round_trip_through_proto() {

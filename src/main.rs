@@ -8,7 +8,7 @@ use clap::Parser;
 use tollgate::cli::{Cli, ClockArg, Command, ServeArgs};
 use tollgate::clock::SystemClock;
 use tollgate::config::{load_path, LoadOptions};
-use tollgate::limit::parse_duration;
+use tollgate::duration;
 use tollgate::server::{self, ServerOptions};
 use tollgate::service::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
@@ -60,11 +60,6 @@ fn main() -> ExitCode {
                 print!("{out}");
                 Ok(())
             }
-            Command::Bench(args) => {
-                let out = tollgate::bench::run(&args).await?;
-                print!("{out}");
-                Ok(())
-            }
         }
     });
     match result {
@@ -77,13 +72,7 @@ fn main() -> ExitCode {
 }
 
 fn duration_flag(name: &str, value: &str) -> anyhow::Result<Option<Duration>> {
-    match value {
-        "off" => Ok(None),
-        "0" | "0s" => Ok(Some(Duration::ZERO)),
-        v => parse_duration(v)
-            .map(|us| Some(Duration::from_micros(us)))
-            .ok_or_else(|| anyhow::anyhow!("--{name}: '{v}' is not a duration like 500ms, 5s, 1m")),
-    }
+    duration::parse_optional(value).map_err(|e| anyhow::anyhow!("--{name}: {e}"))
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -104,8 +93,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         failure_mode: args.failure_mode,
     };
-    let reload = duration_flag("config-reload-interval", &args.config_reload_interval)?
-        .filter(|d| !d.is_zero());
+    let reload = duration_flag("config-reload-interval", &args.config_reload_interval)?;
     let opts = ServerOptions {
         grpc_addr: args.grpc_addr,
         http_addr: args.http_addr,
@@ -138,7 +126,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 ),
             };
             let timeout = duration_flag("redis-timeout", &args.redis_timeout)?
-                .filter(|d| !d.is_zero())
                 .ok_or_else(|| anyhow::anyhow!("--redis-timeout must be a positive duration"))?;
             let redis = RedisOptions {
                 url: url.clone(),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::raw::{RawFile, RawLimit, RawRule};
 use super::{ConfigError, Domain, Level, Pattern, Rule};
-use crate::limit::{default_key_suffix, parse_duration, Algorithm, Limit, LimitParams, Unit};
+use crate::duration;
+use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams, Unit};
 
 /// Parses and compiles one YAML file's text. `file` names it in errors.
 pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
@@ -146,9 +147,7 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
     };
     let window_us = match rl.window.as_deref() {
         None => unit.seconds() * 1_000_000,
-        Some(w) => parse_duration(w).ok_or_else(|| {
-            format!("invalid window '{w}': expected a positive duration like 500ms, 90s, 5m, 1h, 1d, 1w")
-        })?,
+        Some(w) => window_us(w)?,
     };
     let burst = match (rl.burst, algorithm) {
         (None, _) => requests_per_unit as u64,
@@ -178,4 +177,15 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
     limit.replaces = replaces;
     limit.key_suffix = default_key_suffix(&params);
     Ok(limit)
+}
+
+/// A limit's `window`: a positive whole number of milliseconds, in microseconds.
+fn window_us(text: &str) -> Result<u64, String> {
+    let d = duration::parse(text).map_err(|e| format!("invalid window: {e}"))?;
+    if d.is_zero() || d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(format!(
+            "invalid window '{text}': expected a positive whole number of milliseconds, like 500ms, 90s, 5m, 1h or 1d"
+        ));
+    }
+    Ok(d.as_micros() as u64)
 }

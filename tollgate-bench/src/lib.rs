@@ -1,4 +1,4 @@
-//! `tollgate bench`: a load generator for any Envoy rate limit service.
+//! `tollgate-bench`: a load generator for any Envoy rate limit service.
 //!
 //! It speaks nothing but `ShouldRateLimit`, so it measures tollgate, envoyproxy/ratelimit or
 //! any other RLS server the same way. Two load shapes:
@@ -12,6 +12,8 @@
 //! The pure parts (descriptor templates, key choice, schedule arithmetic, summaries and
 //! rendering) are plain functions tested below; the I/O edges are [`run`], the closed-loop
 //! workers and the open-loop scheduler thread.
+
+mod args;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -27,13 +29,12 @@ use tokio::runtime::Handle;
 use tokio::sync::{Semaphore, TryAcquireError};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::cli::BenchArgs;
-use crate::limit::parse_duration;
-use crate::pb::common::rate_limit_descriptor::Entry;
-use crate::pb::common::RateLimitDescriptor;
-use crate::pb::rls::rate_limit_response::Code;
-use crate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
-use crate::pb::rls::RateLimitRequest;
+pub use crate::args::BenchArgs;
+use tollgate::pb::common::rate_limit_descriptor::Entry;
+use tollgate::pb::common::RateLimitDescriptor;
+use tollgate::pb::rls::rate_limit_response::Code;
+use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
+use tollgate::pb::rls::RateLimitRequest;
 
 type Client = RateLimitServiceClient<Channel>;
 
@@ -56,17 +57,12 @@ const UNSENT: &str = "UNSENT";
 
 /// `--duration`, `--timeout`: a positive duration like `500ms`, `10s`, `1m`.
 pub fn duration_arg(s: &str) -> Result<Duration, String> {
-    parse_duration(s)
-        .map(Duration::from_micros)
-        .ok_or_else(|| format!("'{s}' is not a duration like 500ms, 10s, 1m"))
+    tollgate::duration::parse_positive(s)
 }
 
 /// `--warmup`: like [`duration_arg`], but `0s` turns it off.
 pub fn duration_or_zero_arg(s: &str) -> Result<Duration, String> {
-    match s.trim() {
-        "0" | "0s" | "0ms" => Ok(Duration::ZERO),
-        _ => duration_arg(s),
-    }
+    tollgate::duration::parse(s)
 }
 
 /// `--rate`: requests per second, positive.
@@ -1245,11 +1241,11 @@ mod tests {
     }
 
     #[tonic::async_trait]
-    impl crate::pb::rls::rate_limit_service_server::RateLimitService for FakeRls {
+    impl tollgate::pb::rls::rate_limit_service_server::RateLimitService for FakeRls {
         async fn should_rate_limit(
             &self,
             request: tonic::Request<RateLimitRequest>,
-        ) -> Result<tonic::Response<crate::pb::rls::RateLimitResponse>, tonic::Status> {
+        ) -> Result<tonic::Response<tollgate::pb::rls::RateLimitResponse>, tonic::Status> {
             tokio::time::sleep(self.delay).await;
             let req = request.into_inner();
             let key: u64 = req
@@ -1266,7 +1262,7 @@ mod tests {
             } else {
                 Code::OverLimit
             };
-            Ok(tonic::Response::new(crate::pb::rls::RateLimitResponse {
+            Ok(tonic::Response::new(tollgate::pb::rls::RateLimitResponse {
                 overall_code: code as i32,
                 ..Default::default()
             }))
@@ -1276,9 +1272,10 @@ mod tests {
     async fn fake_server(delay: Duration) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let svc = crate::pb::rls::rate_limit_service_server::RateLimitServiceServer::new(FakeRls {
-            delay,
-        });
+        let svc =
+            tollgate::pb::rls::rate_limit_service_server::RateLimitServiceServer::new(FakeRls {
+                delay,
+            });
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(svc)
