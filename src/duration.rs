@@ -103,7 +103,7 @@ pub fn format(d: Duration) -> String {
         ("ms", 1_000_000),
         ("us", 1_000),
     ] {
-        if ns > 0 && ns % per == 0 {
+        if ns > 0 && ns.is_multiple_of(per) {
             return format!("{}{unit}", ns / per);
         }
     }
