@@ -20,7 +20,8 @@ use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
-use tollgate::service::{RateLimiter, Settings};
+use tollgate::service::RateLimiter;
+use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 
 const ALGORITHMS: [&str; 3] = ["fixed_window", "sliding_window", "token_bucket"];

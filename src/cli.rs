@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::service::FailureMode;
+use crate::settings::FailureMode;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -94,7 +94,7 @@ pub struct ServeArgs {
         value_enum,
         default_value = "error"
     )]
-    pub failure_mode: FailureMode,
+    pub failure_mode: FailureModeArg,
     /// Time between readiness going NOT_SERVING and the listeners closing on shutdown.
     #[arg(long, env = "TOLLGATE_DRAIN_DELAY", default_value = "0s")]
     pub drain_delay: String,
@@ -121,6 +121,24 @@ pub struct ServeArgs {
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,
+}
+
+/// `--failure-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailureModeArg {
+    Error,
+    Allow,
+    Deny,
+}
+
+impl From<FailureModeArg> for FailureMode {
+    fn from(a: FailureModeArg) -> FailureMode {
+        match a {
+            FailureModeArg::Error => FailureMode::Error,
+            FailureModeArg::Allow => FailureMode::Allow,
+            FailureModeArg::Deny => FailureMode::Deny,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

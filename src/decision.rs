@@ -1,13 +1,61 @@
-//! From a plan and its store outcomes to the answer: a code, the deciding limit, what remains
-//! and the honest wait, per descriptor, plus the overall code. Pure; the service maps it to
-//! protobuf.
+//! From a plan and what the store answered per charge to the answer: a code, the deciding
+//! limit, what remains and the honest wait, per descriptor, plus the overall code. Pure;
+//! [`crate::respond`] maps it to protobuf.
 //!
 //! The deciding limit of a descriptor is, when over, the denying limit with the longest wait
-//! (a wait of "never" is longest); when OK, the limit with the least remaining.
+//! (a wait of "never" is longest); when OK, the limit with the least remaining. [`verdict`]
+//! is the rule that says what a request's charges do: land, land only for overdraft limits,
+//! or not at all.
 
-use crate::algorithm::{Outcome, Role};
 use crate::limit::Limit;
-use crate::plan::{DescriptorKind, Plan};
+use crate::plan::{DescriptorKind, Plan, Role};
+
+/// What one charge's limit answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChargeOutcome {
+    /// The limit had room for this charge (for overdraft: had anything left).
+    pub allowed: bool,
+    /// What is left after the request, in cost units.
+    pub remaining: u64,
+    /// Allowed: until the limit is whole again. Denied: until this cost fits; `None` = never.
+    pub wait_us: Option<u64>,
+}
+
+/// How a request ends, from its charges' answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Admit,
+    /// Only overdraft limits are over: their charges still land, nothing else does.
+    OverdraftOnly,
+    Deny,
+}
+
+/// Classifies a request from `(role, overdraft, allowed)` per charge.
+pub fn verdict(charges: impl Iterator<Item = (Role, bool, bool)>) -> Verdict {
+    let mut hard = false;
+    let mut overdraft = false;
+    // Quota descriptors: (descriptor, any denial) — few per request, so a small vec.
+    let mut quota: Vec<(u32, bool)> = Vec::new();
+    for (role, is_overdraft, allowed) in charges {
+        match role {
+            Role::Shadow => {}
+            Role::Enforced if allowed => {}
+            Role::Enforced if is_overdraft => overdraft = true,
+            Role::Enforced => hard = true,
+            Role::Quota { descriptor } => match quota.iter_mut().find(|(d, _)| *d == descriptor) {
+                Some(q) => q.1 |= !allowed,
+                None => quota.push((descriptor, !allowed)),
+            },
+        }
+    }
+    if hard || (!quota.is_empty() && quota.iter().all(|&(_, denied)| denied)) {
+        Verdict::Deny
+    } else if overdraft {
+        Verdict::OverdraftOnly
+    } else {
+        Verdict::Admit
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
@@ -37,7 +85,11 @@ pub struct Decision<'p> {
 }
 
 /// Assembles the answer. `global_shadow` reports real statuses but an overall OK.
-pub fn decide<'p>(plan: &'p Plan<'_>, outcomes: &[Outcome], global_shadow: bool) -> Decision<'p> {
+pub fn assemble<'p>(
+    plan: &'p Plan<'_>,
+    outcomes: &[ChargeOutcome],
+    global_shadow: bool,
+) -> Decision<'p> {
     let statuses: Vec<Status<'p>> = plan
         .descriptors
         .iter()
@@ -87,10 +139,40 @@ pub fn decide<'p>(plan: &'p Plan<'_>, outcomes: &[Outcome], global_shadow: bool)
     }
 }
 
+/// The answer when the store could not decide and the failure policy answers `code` for
+/// every limited descriptor.
+pub fn on_store_failure<'p>(plan: &'p Plan<'_>, code: Code) -> Decision<'p> {
+    let statuses: Vec<Status<'p>> = plan
+        .descriptors
+        .iter()
+        .map(|d| {
+            let limit = (d.kind == DescriptorKind::Limited)
+                .then(|| plan.charges[d.charges.start].limit.as_ref());
+            Status {
+                code: if limit.is_some() { code } else { Code::Ok },
+                limit,
+                remaining: 0,
+                wait_us: None,
+                unsatisfiable: false,
+            }
+        })
+        .collect();
+    let overall = if statuses.iter().any(|s| s.code == Code::OverLimit) {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    Decision {
+        overall,
+        statuses,
+        shadowed: false,
+    }
+}
+
 fn descriptor_status<'p>(
     plan: &'p Plan<'_>,
     range: std::ops::Range<usize>,
-    outcomes: &[Outcome],
+    outcomes: &[ChargeOutcome],
 ) -> Status<'p> {
     let charges = &plan.charges[range.clone()];
     let outs = &outcomes[range];
@@ -113,5 +195,32 @@ fn descriptor_status<'p>(
         remaining: o.remaining.min(u32::MAX as u64) as u32,
         wait_us: o.wait_us,
         unsatisfiable: code == Code::OverLimit && o.wait_us.is_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_descriptors_deny_only_when_all_are_over() {
+        use Role::*;
+        let q = |d| Quota { descriptor: d };
+        assert_eq!(
+            verdict([(q(0), false, false), (q(1), false, true)].into_iter()),
+            Verdict::Admit
+        );
+        assert_eq!(
+            verdict([(q(0), false, false), (q(1), false, false)].into_iter()),
+            Verdict::Deny
+        );
+        assert_eq!(
+            verdict([(Enforced, false, true), (q(1), false, false)].into_iter()),
+            Verdict::Deny
+        );
+        assert_eq!(
+            verdict([(Shadow, false, false), (Enforced, true, false)].into_iter()),
+            Verdict::OverdraftOnly
+        );
     }
 }

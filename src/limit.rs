@@ -121,7 +121,7 @@ impl Algorithm {
 
     /// One letter naming the algorithm in counter keys and in the Redis scripts' arguments,
     /// so limits with different algorithms never share state.
-    pub fn tag(self) -> &'static str {
+    pub fn letter(self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "f",
             Algorithm::SlidingWindow => "s",
@@ -207,7 +207,7 @@ impl Limit {
 /// algorithm or bucket never reads another shape's state.
 pub fn default_key_suffix(p: &LimitParams) -> String {
     let mut s = String::with_capacity(16);
-    s.push_str(p.algorithm.tag());
+    s.push_str(p.algorithm.letter());
     s.push_str(&format_window(p.window_us));
     if p.algorithm == Algorithm::TokenBucket {
         s.push_str(&format!("r{}b{}", p.limit, p.burst));

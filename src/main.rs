@@ -10,7 +10,7 @@ use tollgate::clock::SystemClock;
 use tollgate::config::{load_path, LoadOptions};
 use tollgate::duration;
 use tollgate::server::{self, ServerOptions};
-use tollgate::service::{HeaderNames, Settings};
+use tollgate::settings::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
@@ -91,7 +91,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_entries: args.max_entries,
             max_value_len: args.max_value_len,
         },
-        failure_mode: args.failure_mode,
+        failure_mode: args.failure_mode.into(),
     };
     let reload = duration_flag("config-reload-interval", &args.config_reload_interval)?;
     let opts = ServerOptions {

@@ -22,7 +22,8 @@ use tonic_health::ServingStatus;
 use crate::admin::{self, AdminState};
 use crate::config::{compile_sources, read_sources, LoadOptions};
 use crate::pb::rls::rate_limit_service_server::RateLimitServiceServer;
-use crate::service::{GrpcService, RateLimiter, Settings};
+use crate::service::{GrpcService, RateLimiter};
+use crate::settings::Settings;
 use crate::shutdown::Shutdown;
 use crate::store::Store;
 

@@ -18,9 +18,9 @@ use tollgate::pb::rls::rate_limit_response::rate_limit::Unit;
 use tollgate::pb::rls::RateLimitResponse;
 use tollgate::plan::Charge;
 use tollgate::server::HEALTH_SERVICES;
-use tollgate::service::{FailureMode, HeaderNames, Settings};
+use tollgate::settings::{FailureMode, HeaderNames, Settings};
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::{ApplyMode, Outcome, Store, StoreError};
+use tollgate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
 use tollgate::validate::Bounds;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -137,7 +137,7 @@ impl Store for GatedStore {
         &self,
         charges: &[Charge<'_>],
         mode: ApplyMode,
-    ) -> Result<Vec<Outcome>, StoreError> {
+    ) -> Result<Vec<ChargeOutcome>, StoreError> {
         self.entered.notify_one();
         let _permit = self
             .gate
@@ -554,7 +554,11 @@ async fn global_shadow_mode_reports_over_limit_but_answers_ok() {
 struct DownStore;
 
 impl Store for DownStore {
-    async fn apply(&self, _: &[Charge<'_>], _: ApplyMode) -> Result<Vec<Outcome>, StoreError> {
+    async fn apply(
+        &self,
+        _: &[Charge<'_>],
+        _: ApplyMode,
+    ) -> Result<Vec<ChargeOutcome>, StoreError> {
         Err(StoreError("connection refused".into()))
     }
 }

@@ -16,7 +16,8 @@ use common::{bounded, descriptor, request, start, OK, OVER_LIMIT, T0_US};
 use tokio::sync::Barrier;
 use tollgate::clock::ManualClock;
 use tollgate::config::{compile_sources, Config, LoadOptions};
-use tollgate::service::{RateLimiter, Settings};
+use tollgate::service::RateLimiter;
+use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 
 const TENANTS: [&str; 2] = ["acme", "globex"];

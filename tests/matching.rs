@@ -15,7 +15,8 @@ use tollgate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::service::{CallError, RateLimiter, Settings};
+use tollgate::service::{CallError, RateLimiter};
+use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 
 const SECOND_US: u64 = 1_000_000;

@@ -8,7 +8,7 @@
 //! - a request of several charges commits all of its slots or none;
 //! - a denial's wait is honest: the same charge fits after it, and not a millisecond before;
 //! - the memory store, driven through [`RateLimiter`] with a [`ManualClock`], answers exactly
-//!   what the pure model (`algorithm::decide_batch` over one slot per key) answers.
+//!   what the pure model (`algorithm::batch::evaluate` over one counter per key) answers.
 //!
 //! Traffic is a start time (an arbitrary phase against epoch-aligned windows, at realistic
 //! epoch microseconds, where float precision matters) and steps of `(advance µs, cost)`.
@@ -18,18 +18,22 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use tollgate::algorithm::{
-    charge, check_cost, decide_batch, fits, granule_us, refresh, remaining, BatchCharge, Outcome,
-    Role, Slot, State,
-};
+use tollgate::algorithm::batch::{self, evaluate, BatchCharge};
+use tollgate::algorithm::fixed_window::Window;
+use tollgate::algorithm::sliding_window::{granule_us, Log};
+use tollgate::algorithm::token_bucket::Tat;
+use tollgate::algorithm::{charge, check_cost, fits, refresh, remaining, State};
 use tollgate::clock::ManualClock;
 use tollgate::config::{compile_sources, LoadOptions};
+use tollgate::decision::ChargeOutcome as Outcome;
 use tollgate::limit::{Algorithm, LimitParams};
 use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
-use tollgate::service::{RateLimiter, Settings};
+use tollgate::plan::Role;
+use tollgate::service::RateLimiter;
+use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 
 const S: u64 = 1_000_000;
@@ -82,21 +86,21 @@ fn request(
     charges: &[(usize, u64)],
     now: u64,
 ) -> (Vec<Outcome>, Vec<bool>) {
-    let mut slots: Vec<Slot> = charges
+    let mut slots: Vec<batch::Counter> = charges
         .iter()
-        .map(|&(i, _)| Slot::new(counters[i].stored.clone(), &counters[i].p, now))
+        .map(|&(i, _)| batch::Counter::new(counters[i].stored.clone(), &counters[i].p, now))
         .collect();
     let batch: Vec<BatchCharge> = charges
         .iter()
         .enumerate()
         .map(|(slot, &(i, cost))| BatchCharge {
-            slot,
+            counter: slot,
             params: counters[i].p,
             cost,
             role: Role::Enforced,
         })
         .collect();
-    let outcomes = decide_batch(&mut slots, &batch, now, false);
+    let outcomes = evaluate(&mut slots, &batch, now, false);
     let mut commits = Vec::with_capacity(charges.len());
     for (slot, &(i, _)) in slots.into_iter().zip(charges) {
         if slot.commit {
@@ -456,7 +460,7 @@ proptest! {
                         .map(|&(_, c)| c)
                         .sum();
                     let count = match live {
-                        Some(State::Window { count, .. }) => count,
+                        Some(State::Window(Window { count, .. })) => count,
                         _ => 0,
                     };
                     prop_assert_eq!(count, sum, "step {}: {:?}", i, live);
@@ -465,7 +469,7 @@ proptest! {
                     // The stored `tat` is exact: `us + frac / limit`, scaled by `limit`.
                     let now_scaled = u128::from(now) * u128::from(p.limit);
                     let stored = match live {
-                        Some(State::Tat { us, frac }) => {
+                        Some(State::Tat(Tat { us, frac })) => {
                             u128::from(us) * u128::from(p.limit) + u128::from(frac)
                         }
                         _ => now_scaled,
@@ -510,7 +514,7 @@ proptest! {
                 .sum();
             let live = counter.live(now);
             let total = match &live {
-                Some(State::Log { total, .. }) => *total,
+                Some(State::Log(Log { total, .. })) => *total,
                 _ => 0,
             };
             prop_assert_eq!(total, sum, "step {}: {:?}", i, live);

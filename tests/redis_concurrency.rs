@@ -21,7 +21,7 @@ use tollgate::clock::SystemClock;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::service::Settings;
+use tollgate::settings::Settings;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
 use tonic::transport::Channel;
 

@@ -21,7 +21,7 @@ use tollgate::config::LoadOptions;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::server::{self, ServerOptions};
-use tollgate::service::{FailureMode, Settings};
+use tollgate::settings::{FailureMode, Settings};
 use tollgate::shutdown::Shutdown;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
 use tollgate::store::Store;

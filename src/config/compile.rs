@@ -181,11 +181,10 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
 
 /// A limit's `window`: a positive whole number of milliseconds, in microseconds.
 fn window_us(text: &str) -> Result<u64, String> {
-    let d = duration::parse(text).map_err(|e| format!("invalid window: {e}"))?;
-    if d.is_zero() || d.subsec_nanos() % 1_000_000 != 0 {
-        return Err(format!(
-            "invalid window '{text}': expected a positive whole number of milliseconds, like 500ms, 90s, 5m, 1h or 1d"
-        ));
+    match duration::parse(text) {
+        Ok(d) if !d.is_zero() && d.subsec_nanos() % 1_000_000 == 0 => Ok(d.as_micros() as u64),
+        _ => Err(format!(
+            "invalid window '{text}': expected a positive whole number of milliseconds, like 500ms, 90s, 5m, 1h30m or 1d"
+        )),
     }
-    Ok(d.as_micros() as u64)
 }

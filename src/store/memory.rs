@@ -3,7 +3,7 @@
 //!
 //! Counters live in N shards, each a mutex around a hash map. A request locks only the
 //! shards its keys fall in, in ascending order (so two requests can never deadlock), decides
-//! with [`decide_batch`] and writes back what commits. Expired counters are dropped when
+//! with [`batch::evaluate`] and writes back what commits. Expired counters are dropped when
 //! touched and by [`MemoryStore::sweep`], which the server runs periodically, so memory
 //! stays bounded by the live keys.
 
@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::{ApplyMode, Outcome, Store, StoreError};
-use crate::algorithm::{decide_batch, expires_at, BatchCharge, Slot, State};
+use super::{ApplyMode, ChargeOutcome, Store, StoreError};
+use crate::algorithm::batch::{self, BatchCharge, Counter};
+use crate::algorithm::{expires_at, State};
 use crate::clock::Clock;
 use crate::limit::LimitParams;
 use crate::plan::Charge;
@@ -65,50 +66,50 @@ impl MemoryStore {
             .sum()
     }
 
-    fn apply_now(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Vec<Outcome> {
+    fn apply_now(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Vec<ChargeOutcome> {
         let now = self.clock.now_us();
-        // Distinct keys become slots; a request has few charges, so linear search is fine.
-        let mut slot_keys: Vec<(&str, usize, LimitParams)> = Vec::with_capacity(charges.len());
+        // Distinct keys become counters; a request has few charges, so linear search is fine.
+        let mut keys: Vec<(&str, usize, LimitParams)> = Vec::with_capacity(charges.len());
         let mut batch = Vec::with_capacity(charges.len());
         for c in charges {
-            let slot = match slot_keys.iter().position(|(k, _, _)| *k == c.key) {
+            let counter = match keys.iter().position(|(k, _, _)| *k == c.key) {
                 Some(i) => i,
                 None => {
-                    slot_keys.push((&c.key, self.shard_of(&c.key), c.limit.params));
-                    slot_keys.len() - 1
+                    keys.push((&c.key, self.shard_of(&c.key), c.limit.params));
+                    keys.len() - 1
                 }
             };
             batch.push(BatchCharge {
-                slot,
+                counter,
                 params: c.limit.params,
                 cost: c.cost,
                 role: c.role,
             });
         }
-        let mut order: Vec<usize> = slot_keys.iter().map(|&(_, s, _)| s).collect();
+        let mut order: Vec<usize> = keys.iter().map(|&(_, shard, _)| shard).collect();
         order.sort_unstable();
         order.dedup();
         let mut guards: Vec<MutexGuard<'_, Shard>> =
             order.iter().map(|&s| self.shards[s].lock()).collect();
-        let guard_of = |s: usize| order.binary_search(&s).unwrap_or_default();
+        let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or_default();
 
-        let mut slots: Vec<Slot> = slot_keys
+        let mut counters: Vec<Counter> = keys
             .iter()
-            .map(|&(key, s, params)| {
-                let loaded = guards[guard_of(s)]
+            .map(|&(key, shard, params)| {
+                let loaded = guards[guard_of(shard)]
                     .get(key)
                     .filter(|e| e.expires_at > now)
                     .map(|e| e.state.clone());
-                Slot::new(loaded, &params, now)
+                Counter::new(loaded, &params, now)
             })
             .collect();
-        let outcomes = decide_batch(&mut slots, &batch, now, mode.count_rejected);
-        for (slot, &(key, s, params)) in slots.into_iter().zip(&slot_keys) {
-            if !slot.commit {
+        let outcomes = batch::evaluate(&mut counters, &batch, now, mode.count_rejected);
+        for (counter, &(key, shard, params)) in counters.into_iter().zip(&keys) {
+            if !counter.commit {
                 continue;
             }
-            let map = &mut guards[guard_of(s)];
-            match slot.after {
+            let map = &mut guards[guard_of(shard)];
+            match counter.after {
                 None => {
                     map.remove(key);
                 }
@@ -135,7 +136,7 @@ impl Store for MemoryStore {
         &self,
         charges: &[Charge<'_>],
         mode: ApplyMode,
-    ) -> Result<Vec<Outcome>, StoreError> {
+    ) -> Result<Vec<ChargeOutcome>, StoreError> {
         Ok(self.apply_now(charges, mode))
     }
 

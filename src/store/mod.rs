@@ -1,5 +1,5 @@
 //! Where counters live. A store executes a plan's charges atomically (all-or-nothing, see
-//! [`crate::algorithm::decide_batch`]) and answers an [`Outcome`] per charge.
+//! [`crate::algorithm::batch`]) and answers a [`ChargeOutcome`] per charge.
 
 mod local_cache;
 pub mod memory;
@@ -7,20 +7,13 @@ pub mod redis;
 
 use std::future::Future;
 
-pub use crate::algorithm::Outcome;
+pub use crate::decision::ChargeOutcome;
 use crate::plan::Charge;
 
 /// Why a store could not decide. Maps to the configured failure policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct StoreError(pub String);
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for StoreError {}
 
 /// How a batch is charged.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,7 +28,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         charges: &[Charge<'_>],
         mode: ApplyMode,
-    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<ChargeOutcome>, StoreError>> + Send;
 
     /// Whether the store can take requests now (readiness).
     fn is_ready(&self) -> bool {

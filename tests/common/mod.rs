@@ -24,7 +24,7 @@ use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::server::{self, Running, ServerOptions};
-use tollgate::service::Settings;
+use tollgate::settings::Settings;
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::Store;

@@ -1,0 +1,61 @@
+//! How the service answers, beyond the config: switches that `serve` flags set and the
+//! service reads. No CLI types here; [`crate::cli`] maps flags onto these.
+
+use crate::validate::Bounds;
+
+/// Behaviour switches of the service.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Charge every descriptor on every request, as envoyproxy/ratelimit does.
+    pub count_rejected: bool,
+    /// Statuses report the truth, but the overall code is always OK.
+    pub global_shadow: bool,
+    /// Add rate limit headers to responses, with these names.
+    pub headers: Option<HeaderNames>,
+    /// Add dynamic metadata to responses.
+    pub dynamic_metadata: bool,
+    pub bounds: Bounds,
+    pub failure_mode: FailureMode,
+}
+
+/// Header names for `--response-headers` (IETF draft names, as envoyproxy/ratelimit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+    pub retry_after: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> HeaderNames {
+        HeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+            retry_after: "Retry-After".into(),
+        }
+    }
+}
+
+/// What to answer when the store cannot decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// gRPC UNAVAILABLE: Envoy's `failure_mode_deny` decides.
+    #[default]
+    Error,
+    /// OK for every descriptor.
+    Allow,
+    /// OVER_LIMIT for every limited descriptor.
+    Deny,
+}
+
+impl FailureMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureMode::Error => "error",
+            FailureMode::Allow => "allow",
+            FailureMode::Deny => "deny",
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! tollgate's Redis URL forms, turned into fred's configuration.
+//!
+//! `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS), `redis-cluster://h:p[,h:p…]`
+//! and `redis-sentinel://h:p[,h:p…]/service[/db]`. Errors never quote the password.
+
+use fred::prelude::Config;
+
+/// Turns tollgate's URL forms into fred's.
+pub fn fred_config(url: &str) -> Result<Config, String> {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+        "redis URL must start with redis://, rediss://, redis-cluster:// or redis-sentinel://"
+            .to_string()
+    })?;
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((a, r)) => (format!("{a}@"), r),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = match rest.split_once('/') {
+        Some((h, p)) => (h, p),
+        None => (rest, ""),
+    };
+    let mut hosts = hosts.split(',').filter(|h| !h.is_empty());
+    let first = hosts.next().ok_or("redis URL names no host")?;
+    let others: Vec<String> = hosts.map(|h| format!("node={h}")).collect();
+    let fred_url = match scheme {
+        "redis" | "rediss" => format!("{scheme}://{auth}{first}/{path}"),
+        "redis-cluster" | "rediss-cluster" => {
+            let q = if others.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", others.join("&"))
+            };
+            format!("{scheme}://{auth}{first}{q}")
+        }
+        "redis-sentinel" | "rediss-sentinel" => {
+            let (service, db) = match path.split_once('/') {
+                Some((s, d)) => (s, d),
+                None => (path, ""),
+            };
+            if service.is_empty() {
+                return Err("redis-sentinel:// URL needs the service name: redis-sentinel://host:port[,host:port]/service[/db]".into());
+            }
+            let mut q = vec![format!("sentinelServiceName={service}")];
+            q.extend(others);
+            format!("{scheme}://{auth}{first}/{db}?{}", q.join("&"))
+        }
+        other => return Err(format!("unsupported redis URL scheme '{other}'")),
+    };
+    // fred's messages may quote the URL; ours never carries the password out.
+    Config::from_url(&fred_url).map_err(|e| format!("invalid redis URL ({:?})", e.kind()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_translate() {
+        for url in [
+            "redis://127.0.0.1:6379",
+            "redis://user:secret@127.0.0.1:6379/2",
+            "redis-cluster://127.0.0.1:7000",
+            "redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+            "redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+            "rediss://127.0.0.1:6380",
+        ] {
+            assert!(fred_config(url).is_ok(), "{url}");
+        }
+        assert!(fred_config("redis-cluster://127.0.0.1:7000,127.0.0.1:7001")
+            .unwrap()
+            .server
+            .is_clustered());
+        for bad in [
+            "127.0.0.1:6379",
+            "http://x:1",
+            "redis-sentinel://h:1",
+            "redis://",
+        ] {
+            assert!(fred_config(bad).is_err(), "{bad}");
+        }
+        let err = fred_config("bogus://user:hunter2@h:1").unwrap_err();
+        assert!(!err.contains("hunter2"));
+    }
+}
