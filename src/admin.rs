@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::config::Config;
+use crate::config::{Config, ReloadStatus};
 use crate::json::{parse_request, render_response};
 use crate::pb::rls::rate_limit_response::Code;
 use crate::service::{CallError, RateLimiter};
@@ -21,6 +21,7 @@ use crate::store::Store;
 pub struct AdminState<S> {
     pub limiter: Arc<RateLimiter<S>>,
     pub config: Arc<ArcSwap<Config>>,
+    pub reload_status: Arc<ReloadStatus>,
     /// Readiness as the health task last saw it.
     pub ready: Arc<AtomicBool>,
 }
@@ -61,8 +62,35 @@ async fn metrics<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
         .into_response()
 }
 
-async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> String {
-    st.config.load().describe()
+/// The compiled limits; headers say which reload attempt this is and, when the last attempt
+/// was rejected, why (the limits shown are then the ones still running).
+async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
+    let status = &st.reload_status;
+    let mut headers = vec![(
+        "x-tollgate-config-generation",
+        status.generation().to_string(),
+    )];
+    if let Some(error) = status.last_error() {
+        // Header values must be visible ASCII; the error text goes in as such.
+        let clean: String = error
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        headers.push(("x-tollgate-config-error", clean));
+    }
+    let mut resp = st.config.load().describe().into_response();
+    for (name, value) in headers {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+            resp.headers_mut().insert(name, v);
+        }
+    }
+    resp
 }
 
 /// Proto3 JSON decision: 200 OK, 429 over limit, 400 bad input, 503 store unavailable.

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Map, Value};
 
+use crate::limit::{proto_unit_name, proto_unit_number};
 use crate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::rate_limit_response::Code;
@@ -84,17 +85,9 @@ fn int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     }
 }
 
-const UNITS: [&str; 8] = [
-    "UNKNOWN", "SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR", "WEEK",
-];
-
 fn unit_number(v: &Value) -> Result<i32, String> {
     match v {
-        Value::String(s) => UNITS
-            .iter()
-            .position(|u| u.eq_ignore_ascii_case(s))
-            .map(|i| i as i32)
-            .ok_or_else(|| format!("unknown unit '{s}'")),
+        Value::String(s) => proto_unit_number(s).ok_or_else(|| format!("unknown unit '{s}'")),
         Value::Number(n) => n
             .as_i64()
             .and_then(|n| i32::try_from(n).ok())
@@ -166,10 +159,7 @@ pub fn render_response(r: &RateLimitResponse) -> Value {
                 if l.requests_per_unit != 0 {
                     lm.insert("requestsPerUnit".into(), json!(l.requests_per_unit));
                 }
-                lm.insert(
-                    "unit".into(),
-                    json!(UNITS.get(l.unit as usize).copied().unwrap_or("UNKNOWN")),
-                );
+                lm.insert("unit".into(), json!(proto_unit_name(l.unit)));
                 m.insert("currentLimit".into(), Value::Object(lm));
             }
             if s.limit_remaining != 0 {

@@ -19,70 +19,70 @@ pub enum Unit {
     Year,
 }
 
+/// The one table of units: config name, response enum name, length, proto number
+/// (`RateLimitResponse.RateLimit.Unit` and `envoy.type.v3.RateLimitUnit` share numbering).
+const UNITS: [(Unit, &str, &str, u64, i32); 7] = [
+    (Unit::Second, "second", "SECOND", 1, 1),
+    (Unit::Minute, "minute", "MINUTE", 60, 2),
+    (Unit::Hour, "hour", "HOUR", 3_600, 3),
+    (Unit::Day, "day", "DAY", 86_400, 4),
+    (Unit::Week, "week", "WEEK", 7 * 86_400, 7),
+    (Unit::Month, "month", "MONTH", 30 * 86_400, 5),
+    (Unit::Year, "year", "YEAR", 365 * 86_400, 6),
+];
+
+/// The accepted config names, for error messages.
+pub const UNIT_NAMES: &str = "second, minute, hour, day, week, month or year";
+
 impl Unit {
+    fn row(self) -> &'static (Unit, &'static str, &'static str, u64, i32) {
+        // Every variant has a row.
+        UNITS.iter().find(|r| r.0 == self).unwrap_or(&UNITS[0])
+    }
+
+    /// Parses a config name (`minute`, any case) or a response enum name (`MINUTE`).
     pub fn parse(s: &str) -> Option<Unit> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
-            _ => return None,
-        })
+        UNITS
+            .iter()
+            .find(|r| r.1.eq_ignore_ascii_case(s))
+            .map(|r| r.0)
     }
 
     pub fn seconds(self) -> u64 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 60,
-            Unit::Hour => 3_600,
-            Unit::Day => 86_400,
-            Unit::Week => 7 * 86_400,
-            Unit::Month => 30 * 86_400,
-            Unit::Year => 365 * 86_400,
-        }
+        self.row().3
     }
 
-    /// The proto enum number (`RateLimitResponse.RateLimit.Unit` and `envoy.type.v3.RateLimitUnit`
-    /// share numbering).
+    /// The proto enum number.
     pub fn proto(self) -> i32 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 2,
-            Unit::Hour => 3,
-            Unit::Day => 4,
-            Unit::Month => 5,
-            Unit::Year => 6,
-            Unit::Week => 7,
-        }
+        self.row().4
     }
 
     pub fn from_proto(n: i32) -> Option<Unit> {
-        Some(match n {
-            1 => Unit::Second,
-            2 => Unit::Minute,
-            3 => Unit::Hour,
-            4 => Unit::Day,
-            5 => Unit::Month,
-            6 => Unit::Year,
-            7 => Unit::Week,
-            _ => return None,
-        })
+        UNITS.iter().find(|r| r.4 == n).map(|r| r.0)
     }
 
+    /// The config name, `minute`.
     pub fn name(self) -> &'static str {
-        match self {
-            Unit::Second => "second",
-            Unit::Minute => "minute",
-            Unit::Hour => "hour",
-            Unit::Day => "day",
-            Unit::Week => "week",
-            Unit::Month => "month",
-            Unit::Year => "year",
-        }
+        self.row().1
     }
+
+    /// The proto enum name, `MINUTE`.
+    pub fn proto_name(self) -> &'static str {
+        self.row().2
+    }
+}
+
+/// The proto enum name of a unit number; `UNKNOWN` for 0 and anything unknown.
+pub fn proto_unit_name(n: i32) -> &'static str {
+    Unit::from_proto(n).map_or("UNKNOWN", Unit::proto_name)
+}
+
+/// The proto number of a unit name (`MINUTE`, `minute`, or `UNKNOWN` for 0).
+pub fn proto_unit_number(name: &str) -> Option<i32> {
+    if name.eq_ignore_ascii_case("UNKNOWN") {
+        return Some(0);
+    }
+    Unit::parse(name).map(Unit::proto)
 }
 
 impl fmt::Display for Unit {

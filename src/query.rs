@@ -3,9 +3,9 @@
 use std::fmt::Write as _;
 
 use crate::json::code_name;
+use crate::limit::Unit;
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
-use crate::pb::rls::rate_limit_response::rate_limit;
 use crate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 
@@ -63,9 +63,7 @@ pub fn render(req: &RateLimitRequest, resp: &RateLimitResponse) -> String {
             .unwrap_or_default();
         let _ = write!(out, "[{i}] {}: {}", entries.join(","), code_name(s.code));
         if let Some(l) = &s.current_limit {
-            let unit = rate_limit::Unit::try_from(l.unit)
-                .map(|u| u.as_str_name().to_ascii_lowercase())
-                .unwrap_or_else(|_| "?".into());
+            let unit = Unit::from_proto(l.unit).map_or("unknown", Unit::name);
             let name = if l.name.is_empty() {
                 String::new()
             } else {

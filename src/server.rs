@@ -20,7 +20,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
-use crate::config::{compile_sources, read_sources, LoadOptions};
+use crate::config::{compile_sources, read_sources, LoadOptions, ReloadStatus, Reloader};
 use crate::pb::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::service::{GrpcService, RateLimiter};
 use crate::settings::Settings;
@@ -111,15 +111,17 @@ pub async fn start<S: Store>(
         ready.clone(),
         reporter,
     ));
+    let reload_status = Arc::new(ReloadStatus::default());
+    Reloader::loaded(&reload_status);
     if let Some(every) = opts.reload_interval {
-        tokio::spawn(reload_config(
-            opts.config_path.clone(),
-            opts.load,
-            config.clone(),
-            sources,
+        let reloader = Reloader {
+            path: opts.config_path.clone(),
+            load: opts.load,
+            config: config.clone(),
+            status: reload_status.clone(),
             every,
-            shutdown.clone(),
-        ));
+        };
+        tokio::spawn(reloader.run(sources, shutdown.clone()));
     }
     // Readiness must reflect the store before the first probe of `follow_readiness`.
     store.maintain().await;
@@ -143,6 +145,7 @@ pub async fn start<S: Store>(
     let app = admin::router(Arc::new(AdminState {
         limiter,
         config,
+        reload_status,
         ready,
     }));
     let http = axum::serve(http_listener, app).with_graceful_shutdown(drain());
@@ -213,51 +216,6 @@ async fn follow_readiness<S: Store>(
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = shutdown.wait(), if !shutdown.is_triggered() => {}
         }
-    }
-}
-
-/// Re-reads the config files every `every`; compiles and swaps when they changed. A bad
-/// config is logged with its file and line, and the running config stays.
-async fn reload_config(
-    path: PathBuf,
-    load: LoadOptions,
-    config: Arc<ArcSwap<crate::config::Config>>,
-    mut current: Vec<(String, String)>,
-    every: Duration,
-    shutdown: Shutdown,
-) {
-    let mut last_error: Option<String> = None;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = shutdown.wait() => return,
-        }
-        let sources = match read_sources(&path) {
-            Ok(s) => s,
-            Err(e) => {
-                report_once(&mut last_error, e.to_string());
-                continue;
-            }
-        };
-        if sources == current {
-            continue;
-        }
-        match compile_sources(&sources, load) {
-            Ok(c) => {
-                config.store(Arc::new(c));
-                tracing::info!(path = %path.display(), "config reloaded");
-                last_error = None;
-            }
-            Err(e) => report_once(&mut last_error, e.to_string()),
-        }
-        current = sources;
-    }
-}
-
-fn report_once(last: &mut Option<String>, error: String) {
-    if last.as_deref() != Some(error.as_str()) {
-        tracing::error!(%error, "config rejected; keeping the running config");
-        *last = Some(error);
     }
 }
 

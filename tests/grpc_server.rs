@@ -161,9 +161,15 @@ async fn shutdown_lets_in_flight_calls_finish() {
         tokio::spawn(async move { try_call(&mut client, req("test", &[&[("a", "x")]])).await });
     bounded("call reaches the store", store.entered.notified()).await;
 
+    let grpc_addr = server.running.grpc_addr;
     server.running.shutdown.trigger();
     let waiting = tokio::spawn(server.running.wait());
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Shutdown has got as far as closing the listener: new connections are refused.
+    let deadline = Instant::now() + TIMEOUT;
+    while tokio::net::TcpStream::connect(grpc_addr).await.is_ok() {
+        assert!(Instant::now() < deadline, "listener still accepting");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(
         !waiting.is_finished(),
         "server stopped while a call was in flight"
@@ -622,6 +628,41 @@ async fn a_store_outage_follows_the_failure_mode() {
 
 // --- Config reload -------------------------------------------------------------------------
 
+/// The reload generation and last rejection, from `/rlconfig`'s headers.
+async fn config_generation(server: &TestServer) -> (u64, Option<String>) {
+    let resp = http_client()
+        .get(server.http_url("/rlconfig"))
+        .send()
+        .await
+        .unwrap();
+    let header = |name: &str| {
+        resp.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let generation = header("x-tollgate-config-generation")
+        .and_then(|g| g.parse().ok())
+        .expect("generation header");
+    (generation, header("x-tollgate-config-error"))
+}
+
+/// Waits until a reload attempt after generation `before` has happened; returns its error.
+async fn wait_for_generation_after(server: &TestServer, before: u64) -> Option<String> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let (generation, error) = config_generation(server).await;
+        if generation > before {
+            return error;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reload attempt after {before}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls with fresh `a` values (so nothing runs out) until `a`'s limit is `want`.
 async fn wait_for_limit_of_a(server: &TestServer, want: u32) {
     let mut client = server.client().await;
@@ -675,9 +716,14 @@ async fn config_reload_applies_good_files_and_keeps_the_running_config_on_bad_on
         "domain: test\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requestsperunit: 1}\n",
         "domain: test\ndescriptors: [\n",
     ] {
+        let (before, _) = config_generation(&server).await;
         server.config.write(bad);
-        // Three reload intervals: the bad file has been read and rejected.
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        // The reloader has read the bad file once the generation moves on.
+        let error = wait_for_generation_after(&server, before).await;
+        assert!(
+            error.as_deref().is_some_and(|e| e.contains("ratelimit.yaml")),
+            "no rejection reported for:\n{bad}\ngot {error:?}"
+        );
         let resp = call(&mut client, req("test", &[&[("a", "after-bad")]])).await;
         assert_eq!(
             resp.statuses[0]

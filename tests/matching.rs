@@ -835,7 +835,7 @@ fn cases() -> Vec<Case> {
             vec![
                 Reject(
                     req("d", vec![desc_override(&[("k", "a")], 5, 0)]),
-                    "limit override has unit 0",
+                    "limit override has unit UNKNOWN",
                 ),
                 Reject(
                     req(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::raw::{RawFile, RawLimit, RawRule};
 use super::{ConfigError, Domain, Level, Pattern, Rule};
 use crate::duration;
-use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams, Unit};
+use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams, Unit, UNIT_NAMES};
 
 /// Parses and compiles one YAML file's text. `file` names it in errors.
 pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
@@ -134,8 +134,8 @@ fn compile_replaces(rl: &RawLimit) -> Result<Vec<String>, String> {
 
 fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
     let unit_text = rl.unit.unwrap_or_default();
-    let unit =
-        Unit::parse(&unit_text).ok_or_else(|| format!("invalid rate limit unit '{unit_text}'"))?;
+    let unit = Unit::parse(&unit_text)
+        .ok_or_else(|| format!("invalid rate limit unit '{unit_text}'; expected {UNIT_NAMES}"))?;
     let requests_per_unit = rl.requests_per_unit.unwrap_or(0);
     let algorithm = match rl.algorithm.as_deref() {
         None => Algorithm::FixedWindow,

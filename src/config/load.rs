@@ -1,13 +1,13 @@
 //! Reading config from disk: one file, or every YAML file of a directory (Kubernetes
 //! ConfigMap mounts included: dotfiles and the `..data` / `..2024_…` entries are skipped).
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::{compile_file, Config, Domain, Level};
 
 /// A config problem a user can act on: which file, where, what.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: {message}", .line.map(|l| format!(": line {l}")).unwrap_or_default())]
 pub struct ConfigError {
     pub file: String,
     pub line: Option<usize>,
@@ -43,17 +43,6 @@ impl ConfigError {
         )
     }
 }
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "{}: line {}: {}", self.file, line, self.message),
-            None => write!(f, "{}: {}", self.file, self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LoadOptions {

@@ -7,6 +7,7 @@
 mod compile;
 mod load;
 mod raw;
+mod reload;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 pub use compile::compile_file;
 pub use load::{compile_sources, load_path, read_sources, ConfigError, LoadOptions};
+pub use reload::{ReloadStatus, Reloader};
 
 use crate::limit::Limit;
 

@@ -1,0 +1,92 @@
+//! Hot reload: re-read the config files every interval, compile them when they changed, and
+//! swap the new [`Config`] in atomically. A file that fails to compile is logged with its file
+//! and line and the running config stays.
+//!
+//! Every reload attempt (changed files read, or a read that failed) bumps a generation number,
+//! shown on `/rlconfig`, so an operator or a test can tell that a change has been looked at.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+use super::{compile_sources, read_sources, Config, LoadOptions};
+use crate::shutdown::Shutdown;
+
+/// What the reloader last did, for `/rlconfig` and metrics.
+#[derive(Debug, Default)]
+pub struct ReloadStatus {
+    generation: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl ReloadStatus {
+    /// Attempts so far, counting the initial load as 1.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Why the last attempt was rejected; `None` when it was applied.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().clone()
+    }
+
+    /// Records one attempt; a rejection is logged once until the error changes.
+    fn record(&self, result: Result<(), String>) {
+        let mut last = self.last_error.lock();
+        let new = result.err();
+        if let Some(error) = new.as_ref().filter(|e| last.as_ref() != Some(*e)) {
+            tracing::error!(%error, "config rejected; keeping the running config");
+        }
+        *last = new;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Watches `path` and swaps `config` when its files change, until shutdown.
+pub struct Reloader {
+    pub path: PathBuf,
+    pub load: LoadOptions,
+    pub config: Arc<ArcSwap<Config>>,
+    pub status: Arc<ReloadStatus>,
+    pub every: Duration,
+}
+
+impl Reloader {
+    /// Marks the initial load (generation 1).
+    pub fn loaded(status: &ReloadStatus) {
+        status.record(Ok(()));
+    }
+
+    /// Runs until shutdown. `current` is the text the running config was built from.
+    pub async fn run(self, mut current: Vec<(String, String)>, shutdown: Shutdown) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.every) => {}
+                _ = shutdown.wait() => return,
+            }
+            let sources = match read_sources(&self.path) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.status.record(Err(e.to_string()));
+                    continue;
+                }
+            };
+            if sources == current {
+                continue;
+            }
+            match compile_sources(&sources, self.load) {
+                Ok(c) => {
+                    self.config.store(Arc::new(c));
+                    tracing::info!(path = %self.path.display(), "config reloaded");
+                    self.status.record(Ok(()));
+                }
+                Err(e) => self.status.record(Err(e.to_string())),
+            }
+            current = sources;
+        }
+    }
+}
