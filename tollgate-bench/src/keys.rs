@@ -1,8 +1,8 @@
 //! Which key number each request goes to.
 //!
 //! A [`KeyChoice`] is two numbers (how many keys, how hot key 0 is) and a pick is a few
-//! multiplications on a [`SplitMix64`] stream. Each closed-loop worker and the open-loop
-//! scheduler own a stream.
+//! multiplications on a [`SplitMix64`] stream, so choosing among four billion keys costs what
+//! choosing among ten does. Each closed-loop worker and the open-loop scheduler own a stream.
 
 use std::fmt;
 
@@ -30,28 +30,29 @@ impl SplitMix64 {
 }
 
 /// Maps a uniform `r` onto `0..n` without modulo bias (Lemire's multiply-shift).
-fn below(r: u64, n: usize) -> usize {
-    ((u128::from(r) * n as u128) >> 64) as usize
+fn below(r: u64, n: u32) -> u32 {
+    // The product's top 64 bits are below `n`, so they fit in a u32.
+    ((u128::from(r) * u128::from(n)) >> 64) as u32
 }
 
 /// Which key each request goes to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KeyChoice {
-    keys: usize,
+    keys: u32,
     /// `Some(s)`: a share `s` of requests go to key 0, the rest uniformly to keys `1..keys`.
     /// `None`: uniform over all keys.
     hot_share: Option<f64>,
 }
 
 impl KeyChoice {
-    pub fn new(keys: usize, hot_share: Option<f64>) -> KeyChoice {
+    pub fn new(keys: u32, hot_share: Option<f64>) -> KeyChoice {
         KeyChoice {
             keys: keys.max(1),
             hot_share,
         }
     }
 
-    pub fn keys(&self) -> usize {
+    pub fn keys(&self) -> u32 {
         self.keys
     }
 
@@ -60,7 +61,7 @@ impl KeyChoice {
     }
 
     /// A key number in `0..keys`.
-    pub fn pick(&self, rng: &mut SplitMix64) -> usize {
+    pub fn pick(&self, rng: &mut SplitMix64) -> u32 {
         if self.keys == 1 {
             return 0;
         }
@@ -90,9 +91,9 @@ mod tests {
 
     fn shares(choice: KeyChoice, n: usize) -> Vec<f64> {
         let mut rng = SplitMix64::new(7);
-        let mut counts = vec![0u64; choice.keys];
+        let mut counts = vec![0u64; choice.keys as usize];
         for _ in 0..n {
-            counts[choice.pick(&mut rng)] += 1;
+            counts[choice.pick(&mut rng) as usize] += 1;
         }
         counts.iter().map(|&c| c as f64 / n as f64).collect()
     }
@@ -122,6 +123,7 @@ mod tests {
         assert_eq!(below(u64::MAX, 10), 9);
         assert_eq!(below(u64::MAX / 2, 2), 0);
         assert_eq!(below(u64::MAX / 2 + 1, 2), 1);
+        assert_eq!(below(u64::MAX, u32::MAX), u32::MAX - 1);
     }
 
     #[test]
@@ -137,7 +139,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn picks_stay_in_range(keys in 1usize..1000, share in proptest::option::of(0.0f64..=1.0),
+        fn picks_stay_in_range(keys in 1u32.., share in proptest::option::of(0.0f64..=1.0),
                                seed: u64) {
             let choice = KeyChoice::new(keys, share);
             let mut rng = SplitMix64::new(seed);

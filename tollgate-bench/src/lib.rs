@@ -14,7 +14,8 @@
 //! are modules of their own, each tested where it lives:
 //!
 //! - [`args`]: the flags and their parsers;
-//! - [`template`]: descriptor templates and the requests they expand to;
+//! - [`template`]: descriptor templates; each request is built when it is sent, so memory
+//!   does not grow with `--keys`;
 //! - [`keys`]: which key number each request goes to;
 //! - [`schedule`]: the run's phases and the open loop's due times;
 //! - `tally`: how calls ended, counted; [`report`]: the table and the JSON.
@@ -41,20 +42,20 @@ use crate::keys::KeyChoice;
 use crate::load::Load;
 use crate::report::{summarize, Report};
 use crate::schedule::Window;
-use crate::template::{build_requests, DescriptorTemplate};
+use crate::template::{DescriptorTemplate, RequestTemplate};
 
 /// Runs the benchmark described by `args` and returns the table or JSON to print.
 pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
-    let templates = args
+    let descriptors = args
         .descriptors
         .iter()
         .map(|d| DescriptorTemplate::parse(d))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
-    let keys = args.keys as usize;
-    let requests = build_requests(&args.domain, &templates, keys, args.hits.unwrap_or(0))
-        .map_err(anyhow::Error::msg)?;
-    let keys = KeyChoice::new(keys, args.hot_share);
+    let requests =
+        RequestTemplate::new(&args.domain, descriptors, args.hits.unwrap_or(0), args.keys)
+            .map_err(anyhow::Error::msg)?;
+    let keys = KeyChoice::new(args.keys, args.hot_share);
     let concurrency = args.concurrency as usize;
     let connections = args.connections as usize;
     let clients = load::connect(&args.addr, connections).await?;

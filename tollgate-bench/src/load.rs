@@ -1,7 +1,7 @@
 //! What both load shapes share: the connections, one call, and the state every call reads.
 //!
-//! [`crate::closed`] and [`crate::open`] differ only in when they send; both send the
-//! prebuilt request of a freshly picked key number.
+//! [`crate::closed`] and [`crate::open`] differ only in when they send; both build each
+//! request here, at send time, from the template and a freshly picked key number.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use crate::keys::{KeyChoice, SplitMix64};
 use crate::progress::Progress;
 use crate::schedule::Window;
 use crate::tally::{status_name, Outcome, TIMEOUT};
+use crate::template::RequestTemplate;
 
 /// One gRPC client per HTTP/2 connection.
 pub type Client = RateLimitServiceClient<Channel>;
@@ -23,8 +24,7 @@ pub type Client = RateLimitServiceClient<Channel>;
 /// What every worker and call shares.
 #[derive(Debug)]
 pub struct Load {
-    /// One request per key number.
-    pub requests: Vec<RateLimitRequest>,
+    pub requests: RequestTemplate,
     pub keys: KeyChoice,
     pub timeout: Duration,
     pub window: Window,
@@ -35,7 +35,7 @@ pub struct Load {
 
 impl Load {
     pub fn new(
-        requests: Vec<RateLimitRequest>,
+        requests: RequestTemplate,
         keys: KeyChoice,
         timeout: Duration,
         window: Window,
@@ -57,9 +57,9 @@ impl Load {
         SplitMix64::new(self.seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03))
     }
 
-    /// The request for the next key `rng` picks.
+    /// The request for the next key `rng` picks, built now.
     pub fn next_request(&self, rng: &mut SplitMix64) -> RateLimitRequest {
-        self.requests[self.keys.pick(rng)].clone()
+        self.requests.request(self.keys.pick(rng))
     }
 }
 

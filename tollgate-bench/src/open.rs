@@ -3,7 +3,7 @@
 //! shows up as latency rather than as fewer requests sent (no coordinated omission).
 //!
 //! A scheduler on its own OS thread keeps the time; each due request takes one of
-//! `concurrency` in-flight permits and is spawned onto the runtime, which sends it.
+//! `concurrency` in-flight permits and is spawned onto the runtime, which builds and sends it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,12 +121,12 @@ fn send_on_schedule(
             sent.in_window += u64::from(now < w.end);
             record_us(&mut sent.lag_us, now - due);
         }
-        let req = load.next_request(&mut rng);
+        let key = load.keys.pick(&mut rng);
         let mut client = clients[(i % clients.len() as u64) as usize].clone();
         let (load, shards) = (load.clone(), shards.clone());
         let shard = (i % TALLY_SHARDS as u64) as usize;
         runtime.spawn(async move {
-            let outcome = call(&mut client, req, load.timeout).await;
+            let outcome = call(&mut client, load.requests.request(key), load.timeout).await;
             let done = Instant::now();
             load.progress.record(outcome);
             if measured {
