@@ -1,4 +1,9 @@
-//! The command line of `tollgate-bench`.
+//! The command line of `tollgate-bench`: its flags and the parsers of their values.
+//!
+//! [`BenchArgs`] is flattened into the binary's parser (`main.rs`) and handed whole to
+//! [`crate::run`]. Durations use [`tollgate::duration`], the project's one duration syntax.
+
+use std::time::Duration;
 
 use clap::Args;
 
@@ -27,7 +32,7 @@ pub struct BenchArgs {
     pub keys: u32,
     /// Send this fraction of requests to key 0 and spread the rest over the other keys;
     /// absent: every key equally likely.
-    #[arg(long, env = "TOLLGATE_BENCH_HOT_SHARE", value_parser = crate::share_arg)]
+    #[arg(long, env = "TOLLGATE_BENCH_HOT_SHARE", value_parser = share_arg)]
     pub hot_share: Option<f64>,
     /// The requests' hits_addend (absent: 0, which servers read as 1).
     #[arg(long, env = "TOLLGATE_BENCH_HITS")]
@@ -53,30 +58,78 @@ pub struct BenchArgs {
         long,
         env = "TOLLGATE_BENCH_DURATION",
         default_value = "10s",
-        value_parser = crate::duration_arg
+        value_parser = duration_arg
     )]
-    pub duration: std::time::Duration,
+    pub duration: Duration,
     /// Load before measuring starts, not counted; `0s` for none.
     #[arg(
         long,
         env = "TOLLGATE_BENCH_WARMUP",
         default_value = "2s",
-        value_parser = crate::duration_or_zero_arg
+        value_parser = duration_or_zero_arg
     )]
-    pub warmup: std::time::Duration,
+    pub warmup: Duration,
     /// Open loop: send this many requests per second on a fixed schedule and measure latency
     /// from each request's intended send time. Absent: closed loop.
-    #[arg(long, env = "TOLLGATE_BENCH_RATE", value_parser = crate::rate_arg)]
+    #[arg(long, env = "TOLLGATE_BENCH_RATE", value_parser = rate_arg)]
     pub rate: Option<f64>,
     /// Per-request timeout; a call past it counts as a TIMEOUT error.
     #[arg(
         long,
         env = "TOLLGATE_BENCH_TIMEOUT",
         default_value = "1s",
-        value_parser = crate::duration_arg
+        value_parser = duration_arg
     )]
-    pub timeout: std::time::Duration,
+    pub timeout: Duration,
     /// Print one JSON object instead of the table.
     #[arg(long, env = "TOLLGATE_BENCH_JSON")]
     pub json: bool,
+}
+
+/// `--duration`, `--timeout`: a positive duration like `500ms`, `10s`, `1m`.
+pub fn duration_arg(s: &str) -> Result<Duration, String> {
+    tollgate::duration::parse_positive(s)
+}
+
+/// `--warmup`: like [`duration_arg`], but `0s` turns it off.
+pub fn duration_or_zero_arg(s: &str) -> Result<Duration, String> {
+    tollgate::duration::parse(s)
+}
+
+/// `--rate`: requests per second, positive.
+pub fn rate_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "'{s}' is not a positive number of requests per second"
+        )),
+    }
+}
+
+/// `--hot-share`: a fraction between 0 and 1.
+pub fn share_arg(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("'{s}' is not a fraction between 0 and 1")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_flags() {
+        assert_eq!(duration_arg("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(duration_arg("250ms"), Ok(Duration::from_millis(250)));
+        assert!(duration_arg("0s").is_err());
+        assert!(duration_arg("10").is_err());
+        assert_eq!(duration_or_zero_arg("0s"), Ok(Duration::ZERO));
+        assert_eq!(duration_or_zero_arg("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(rate_arg("2000"), Ok(2000.0));
+        assert_eq!(rate_arg("0.5"), Ok(0.5));
+        assert!(rate_arg("0").is_err() && rate_arg("-1").is_err() && rate_arg("inf").is_err());
+        assert_eq!(share_arg("0.9"), Ok(0.9));
+        assert!(share_arg("1.5").is_err() && share_arg("x").is_err());
+    }
 }
