@@ -550,7 +550,7 @@ def kube_versions() -> tuple[list[str], str]:
     if not m:
         raise SystemExit(f"Chart.yaml kubeVersion {chart.get('kubeVersion')!r} is not '>=1.N.0-0'")
     floor = (int(m.group(1)), int(m.group(2)))
-    shipped = kv.all_versions()
+    shipped = sorted(set(kv.all_versions()), key=lambda v: tuple(map(int, v.split("."))))  # -local and -local-strict
     versions = [v for v in shipped if tuple(map(int, v.split(".")[:2])) >= floor]
     return versions, f"{floor[0]}.{floor[1]}"
 
@@ -719,7 +719,8 @@ def binary_contract(tollgate: str, dirs: dict[str, Path]) -> None:
         grpc, http = free_port(), free_port()
         env = {key: val for key, val in os.environ.items() if not key.startswith("TOLLGATE_")}
         env.update(env_of(ctr))
-        env.update(TOLLGATE_GRPC_ADDR=f"127.0.0.1:{grpc}", TOLLGATE_HTTP_ADDR=f"127.0.0.1:{http}")
+        # Loopback ports; no drain delay on SIGTERM (the chart's 5s would only slow this down).
+        env.update(TOLLGATE_GRPC_ADDR=f"127.0.0.1:{grpc}", TOLLGATE_HTTP_ADDR=f"127.0.0.1:{http}", TOLLGATE_DRAIN_DELAY="0s")
         args = [tollgate] + ctr["args"][:2] + [str(dirs[cname])] + ctr["args"][3:]
         log = tempfile.TemporaryFile("w+")
         srv = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
