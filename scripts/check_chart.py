@@ -108,7 +108,8 @@ CASES = [
                       "responseHeaders=true,dynamicMetadata=true,maxStoreBytes=32MiB,"
                       "serviceMonitor.enabled=true,serviceMonitor.namespace=monitoring,"
                       "metrics.podAnnotations=false,networkPolicy.enabled=true,"
-                      "podDisruptionBudget.enabled=true,podDisruptionBudget.maxUnavailable=1"]),
+                      "podDisruptionBudget.enabled=true,podDisruptionBudget.maxUnavailable=1",
+                      "--set-json", "networkPolicy.grpc.from=[]"]),
     # minAvailable 0 stays 0 (not `| default 1`); Redis + HPA.
     Case("pdb-zero", ["--set", "redis.enabled=true,redis.url=redis-cluster://redis:6379,"
                       "autoscaling.enabled=true,podDisruptionBudget.enabled=true,"
@@ -400,21 +401,22 @@ def check_network_policy(c: Case, np_: dict, labels: dict, cports: dict, tests: 
         R.check(len(ports) == 1 and ports[0] in cports.values(), f"{name}: NetworkPolicy rule names one container port", str(ports))
         rules[ports[0]] = rule.get("from")
     R.check(set(rules) == set(cports.values()), f"{name}: NetworkPolicy has a rule for the gRPC and the admin port")
-    grpc_from, admin_from = rules.get(cports["grpc"]) or [], rules.get(cports["http"]) or []
+    grpc_from, admin_from = rules.get(cports["grpc"]), rules.get(cports["http"]) or []
+    R.check(bool(admin_from), f"{name}: the admin port is restricted (its rule has peers)")
     for t in tests:
-        R.check(any(set(p) == {"podSelector"} and selects(p["podSelector"].get("matchLabels", {}), t["metadata"]["labels"])
+        R.check(grpc_from is None or any(set(p) == {"podSelector"} and selects(p["podSelector"].get("matchLabels", {}), t["metadata"]["labels"])
                     for p in grpc_from), f"{name}: the helm test pod may reach the gRPC port")
     R.check({"podSelector": {}} in admin_from, f"{name}: the release's namespace may reach the admin port")
     R.check(all(p == {"podSelector": {}} or "namespaceSelector" in p or "ipBlock" in p for p in admin_from),
             f"{name}: admin peers outside the namespace need a namespaceSelector (or ipBlock)")
     R.check({"namespaceSelector": {}} not in admin_from and all(p.get("namespaceSelector") != {} or "podSelector" in p for p in admin_from),
             f"{name}: the admin port is not open to every namespace")
-    if c.name in ("redis", "features"):  # defaults
-        R.check({"namespaceSelector": {}} in grpc_from, f"{name}: by default every namespace may call gRPC")
+    if c.name == "redis":  # defaults
+        R.check({"namespaceSelector": {}} in (grpc_from or []), f"{name}: by default every namespace may call gRPC")
         R.check(any(p.get("namespaceSelector", {}).get("matchLabels") == {"kubernetes.io/metadata.name": "monitoring"} for p in admin_from),
                 f"{name}: by default the monitoring namespace's Prometheus may scrape")
     if c.name == "tls":
-        R.check({"namespaceSelector": {}} not in grpc_from and any("istio" in json.dumps(p) for p in grpc_from),
+        R.check({"namespaceSelector": {}} not in (grpc_from or []) and any("istio" in json.dumps(p) for p in grpc_from or []),
                 f"{name}: custom gRPC peers replace the all-namespaces default")
 
 
@@ -538,6 +540,8 @@ def case_expectations(c: Case) -> None:
         R.check("annotations" not in dep["spec"]["template"]["metadata"], "features: no scrape annotations when turned off")
         R.check(one(k, "ServiceMonitor")["metadata"]["namespace"] == "monitoring", "features: ServiceMonitor in namespace monitoring")
         R.check(one(k, "PodDisruptionBudget")["spec"].get("maxUnavailable") == 1, "features: PDB maxUnavailable 1")
+        rule = next(r for r in one(k, "NetworkPolicy")["spec"]["ingress"] if r["ports"][0]["port"] == 8081)
+        R.check("from" not in rule, "features: an empty networkPolicy.grpc.from opens gRPC to every source")
     elif c.name == "pdb-zero":
         R.check(one(k, "PodDisruptionBudget")["spec"].get("minAvailable") == 0, "pdb-zero: minAvailable 0 renders as 0")
         R.check(env["TOLLGATE_REDIS_URL"].startswith("redis-cluster://"), "pdb-zero: Redis Cluster URL")
