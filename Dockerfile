@@ -1,51 +1,77 @@
 # tollgate container image.
 #
-#   docker build -t tollgate:0.1.0 .
-#   docker run --rm -p 8080:8080 -p 8081:8081 tollgate:0.1.0
+#   docker build -t REGISTRY/tollgate:0.1.0 .        (then: docker push REGISTRY/tollgate:0.1.0)
+#   docker run --rm -p 8080:8080 -p 8081:8081 REGISTRY/tollgate:0.1.0
 #   docker run --rm -p 8080:8080 -p 8081:8081 -v "$PWD/my-config:/etc/tollgate/config:ro" \
-#       -e TOLLGATE_REDIS_URL=redis://redis:6379 tollgate:0.1.0
+#       -e TOLLGATE_REDIS_URL=redis://redis:6379 REGISTRY/tollgate:0.1.0
 #
-# The build needs no protoc: build.rs compiles proto/ with protox (pure Rust).
+# Default command: `tollgate serve --config /etc/tollgate/config`. /bin/ratelimit is a symlink
+# to tollgate: run as `ratelimit` it reads envoyproxy/ratelimit's environment (RUNTIME_ROOT,
+# REDIS_URL, PORT, GRPC_PORT, ...), so manifests with `command: ["/bin/ratelimit"]` (Istio's
+# sample) work by swapping the image.
+#
+# The binary is built with Cargo's `dist` profile (release, stripped, no debug info), which only
+# this file uses. The build needs no protoc: build.rs compiles proto/ with protox (pure Rust).
+# Build arguments VERSION, REVISION and CREATED fill the OCI labels, e.g.
+#   --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%FT%TZ)"
 
 ############################ builder ############################
 FROM rust:1.95-slim-bookworm AS builder
 WORKDIR /build
 
-# 1. Dependencies only. This layer is rebuilt only when the manifest, the lock file, build.rs or
-#    the protos change, not on every source edit. The dummy sources give cargo the targets
-#    Cargo.toml declares: the library (src/lib.rs), the binary (src/main.rs) and the
-#    `[[bench]] decide` target, whose file must exist for cargo to parse the manifest.
+# 1. Dependencies only. This layer is rebuilt only when a manifest, the lock file, build.rs or
+#    the protos change, not on every source edit. The dummy sources give cargo every target the
+#    workspace's manifests declare: the root package's library, binary and `[[bench]] decide`,
+#    and the tollgate-bench member's library and binary.
 COPY Cargo.toml Cargo.lock build.rs ./
+COPY tollgate-bench/Cargo.toml ./tollgate-bench/
 COPY proto ./proto
-RUN mkdir -p src benches \
+RUN mkdir -p src benches tollgate-bench/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
     && echo 'fn main() {}' > benches/decide.rs \
-    && cargo build --release --locked --bin tollgate \
-    && rm -rf src benches
+    && echo 'fn main() {}' > tollgate-bench/src/main.rs \
+    && echo '' > tollgate-bench/src/lib.rs \
+    && cargo build --profile dist --locked -p tollgate --bin tollgate \
+    && rm -rf src benches tollgate-bench/src
 
-# 2. The real sources. lua/ is include_str!-ed by src/store/redis.rs. COPY keeps the files'
-#    original mtimes, which can be older than the dummy build above: touching the crate roots
-#    makes cargo rebuild the tollgate crate (dependencies stay cached).
+# 2. The real sources. lua/ is include_str!-ed by src/store/redis.rs; tollgate-bench/ comes along
+#    so the build is right whichever way the two crates depend on each other. COPY keeps the
+#    files' original mtimes, which can be older than the dummy build above: touching the crate
+#    roots makes cargo rebuild both crates (dependencies stay cached).
 COPY src ./src
 COPY lua ./lua
 COPY benches ./benches
-RUN touch src/main.rs src/lib.rs \
-    && cargo build --release --locked --bin tollgate \
-    && install -D -m 0755 target/release/tollgate /out/tollgate
+COPY tollgate-bench ./tollgate-bench
+RUN touch -c src/main.rs src/lib.rs tollgate-bench/src/main.rs tollgate-bench/src/lib.rs \
+    && cargo build --profile dist --locked -p tollgate --bin tollgate \
+    && install -D -m 0755 target/dist/tollgate /out/tollgate
 
 ############################ runtime ############################
 FROM debian:bookworm-slim
 
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="tollgate" \
+      org.opencontainers.image.description="Envoy-compatible gRPC rate-limit decision service (drop-in for envoyproxy/ratelimit)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="docker.io/library/debian:bookworm-slim"
+
 # ca-certificates (for rediss:// with rustls) is left unpinned on purpose: it should follow
 # Debian's security updates whenever the image is rebuilt.
+# /bin/ratelimit -> tollgate: envoyproxy/ratelimit's entry point (see the top of this file).
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 tollgate \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin tollgate
+        --shell /usr/sbin/nologin tollgate \
+    && ln -s /usr/local/bin/tollgate /bin/ratelimit
 
 COPY --from=builder /out/tollgate /usr/local/bin/tollgate
 # Both examples for reference; the default config directory holds the envoyproxy/ratelimit-style
@@ -56,8 +82,10 @@ COPY examples/ratelimit.yaml /etc/tollgate/config/ratelimit.yaml
 # Numeric user so Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 
-# 8080: admin HTTP (/healthz, /readyz, /healthcheck, /metrics, /json, /rlconfig)
+# 8080: admin HTTP (/healthz, /readyz, /healthcheck, /metrics, /rlconfig; POST /json only with
+#       --admin-json)
 # 8081: gRPC (envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
+# Both bind [::] (dual-stack) by default.
 EXPOSE 8080 8081
 
 # Liveness of the admin server without curl/wget (not in the slim image): bash's /dev/tcp.
