@@ -1,0 +1,60 @@
+"""A client for tollgate, the Envoy-compatible rate limit service (ShouldRateLimit over gRPC).
+
+    from tollgate_client import Client
+
+    with Client("127.0.0.1:8081") as tg:
+        d = tg.check("edge", {"api_key": "abc"})
+        if not d.allowed:
+            print("retry in", d.wait, "s")
+
+`AsyncClient` is the asyncio twin; `tollgate_client.langchain.TollgateRateLimiter` (extra
+`[langchain]`) is a LangChain rate limiter.
+"""
+
+from ._model import (
+    MIN_SLEEP,
+    AcquireTimeout,
+    Code,
+    CostNeverFits,
+    Decision,
+    Descriptor,
+    DescriptorLike,
+    Descriptors,
+    DescriptorStatus,
+    Limit,
+    TollgateError,
+    TollgateRequestError,
+    TollgateUnavailable,
+)
+from .aio import AsyncClient
+from .client import (
+    DEFAULT_MAX_WAIT,
+    DEFAULT_TIMEOUT,
+    DEFAULT_TOKENS_DOMAIN,
+    DEFAULT_TOKENS_KEY,
+    Client,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAX_WAIT",
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_TOKENS_DOMAIN",
+    "DEFAULT_TOKENS_KEY",
+    "MIN_SLEEP",
+    "AcquireTimeout",
+    "AsyncClient",
+    "Client",
+    "Code",
+    "CostNeverFits",
+    "Decision",
+    "Descriptor",
+    "DescriptorLike",
+    "DescriptorStatus",
+    "Descriptors",
+    "Limit",
+    "TollgateError",
+    "TollgateRequestError",
+    "TollgateUnavailable",
+]
