@@ -87,6 +87,14 @@ pub struct ServeArgs {
     /// Longest entry key or value, in bytes.
     #[arg(long, env = "TOLLGATE_MAX_VALUE_LEN", default_value_t = 1024)]
     pub max_value_len: usize,
+    /// Largest cost one descriptor (or request) may carry; more is INVALID_ARGUMENT.
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_HITS",
+        default_value_t = crate::validate::DEFAULT_MAX_HITS,
+        value_parser = clap::value_parser!(u64).range(1..=crate::validate::MAX_MAX_HITS)
+    )]
+    pub max_hits: u64,
     /// What to answer when the store fails: error (gRPC UNAVAILABLE), allow, deny.
     #[arg(
         long,

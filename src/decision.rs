@@ -2,10 +2,20 @@
 //! limit, what remains and the honest wait, per descriptor, plus the overall code. Pure;
 //! [`crate::respond`] maps it to protobuf.
 //!
-//! The deciding limit of a descriptor is, when over, the denying limit with the longest wait
-//! (a wait of "never" is longest); when OK, the limit with the least remaining. [`verdict`]
-//! is the rule that says what a request's charges do: land, land only for overdraft limits,
-//! or not at all.
+//! **The one denial rule** ([`verdict`]), used by every store to decide what lands and by
+//! [`assemble`] for the overall code, on the normal path and the store-failure path alike:
+//! - a descriptor is over when one of its enforced (non-shadow) limits denies;
+//! - the request is over when a non-quota descriptor is over, or when it has quota
+//!   descriptors and every one of them is over (a quota descriptor with no enforced limit —
+//!   shadow, `unlimited`, all replaced — is never over, so then quota never denies);
+//! - an allowed request charges every limit that had room (and every overdraft limit); a
+//!   request over only because of overdraft limits charges only those (usage already spent
+//!   is recorded); any other over request charges nothing.
+//!
+//! **The one reporting rule**: an OVER_LIMIT status reports `limit_remaining` 0; an OK status
+//! reports what remains after the request (for a request that charged nothing: as it
+//! stands). The deciding limit of a descriptor is, when over, the denying limit with the
+//! longest wait (a wait of "never" is longest); when OK, the limit with the least remaining.
 
 use crate::limit::Limit;
 use crate::plan::{DescriptorKind, Plan, Role};
@@ -17,43 +27,70 @@ pub struct ChargeOutcome {
     pub allowed: bool,
     /// What is left after the request, in cost units.
     pub remaining: u64,
-    /// Allowed: until the limit is whole again. Denied: until this cost fits; `None` = never.
+    /// Allowed: until the limit is whole again. Denied: until the request's cost on this
+    /// counter fits; `None` = never.
     pub wait_us: Option<u64>,
 }
 
-/// How a request ends, from its charges' answers.
+/// What a request's charges do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
+    /// Not over: every charge that had room lands (and every overdraft charge).
     Admit,
-    /// Only overdraft limits are over: their charges still land, nothing else does.
+    /// Over only because of overdraft limits: their charges land, nothing else does.
     OverdraftOnly,
+    /// Over: nothing lands.
     Deny,
 }
 
-/// Classifies a request from `(role, overdraft, allowed)` per charge.
-pub fn verdict(charges: impl Iterator<Item = (Role, bool, bool)>) -> Verdict {
+impl Verdict {
+    pub fn is_over(self) -> bool {
+        self != Verdict::Admit
+    }
+
+    /// Whether a charge on a counter of this overdraft kind keeps what it added.
+    pub fn lands(self, overdraft: bool) -> bool {
+        match self {
+            Verdict::Admit => true,
+            Verdict::OverdraftOnly => overdraft,
+            Verdict::Deny => false,
+        }
+    }
+}
+
+/// The one denial rule (see the module docs), from `(role, overdraft, allowed)` per charge and
+/// the number of quota descriptors in the request (including those with no enforced limit).
+pub fn verdict(
+    charges: impl Iterator<Item = (Role, bool, bool)>,
+    quota_descriptors: usize,
+) -> Verdict {
+    let mut over = false;
     let mut hard = false;
-    let mut overdraft = false;
-    // Quota descriptors: (descriptor, any denial) — few per request, so a small vec.
+    // Quota descriptors seen denied: (descriptor, also by a non-overdraft limit).
     let mut quota: Vec<(u32, bool)> = Vec::new();
-    for (role, is_overdraft, allowed) in charges {
+    for (role, overdraft, allowed) in charges {
+        if allowed {
+            continue;
+        }
         match role {
             Role::Shadow => {}
-            Role::Enforced if allowed => {}
-            Role::Enforced if is_overdraft => overdraft = true,
-            Role::Enforced => hard = true,
+            Role::Enforced => {
+                over = true;
+                hard |= !overdraft;
+            }
             Role::Quota { descriptor } => match quota.iter_mut().find(|(d, _)| *d == descriptor) {
-                Some(q) => q.1 |= !allowed,
-                None => quota.push((descriptor, !allowed)),
+                Some(q) => q.1 |= !overdraft,
+                None => quota.push((descriptor, !overdraft)),
             },
         }
     }
-    if hard || (!quota.is_empty() && quota.iter().all(|&(_, denied)| denied)) {
-        Verdict::Deny
-    } else if overdraft {
-        Verdict::OverdraftOnly
-    } else {
-        Verdict::Admit
+    let quota_all = quota_descriptors > 0 && quota.len() == quota_descriptors;
+    over |= quota_all;
+    hard |= quota_all && quota.iter().all(|&(_, h)| h);
+    match (over, hard) {
+        (false, _) => Verdict::Admit,
+        (true, true) => Verdict::Deny,
+        (true, false) => Verdict::OverdraftOnly,
     }
 }
 
@@ -70,7 +107,7 @@ pub struct Status<'p> {
     pub limit: Option<&'p Limit>,
     pub remaining: u32,
     /// OK: until the limit is whole again; OVER_LIMIT: until this request's cost fits.
-    /// `None`: no limit, or a cost that can never fit.
+    /// `None`: no limit, a cost that can never fit, or no store answer.
     pub wait_us: Option<u64>,
     /// Over because the cost exceeds what the limit can ever grant.
     pub unsatisfiable: bool,
@@ -84,45 +121,33 @@ pub struct Decision<'p> {
     pub shadowed: bool,
 }
 
+/// The verdict of a planned request from its outcomes.
+pub fn plan_verdict(plan: &Plan<'_>, outcomes: &[ChargeOutcome]) -> Verdict {
+    verdict(
+        plan.charges
+            .iter()
+            .zip(outcomes)
+            .map(|(c, o)| (c.role, c.limit.params.overdraft, o.allowed)),
+        plan.quota_descriptors,
+    )
+}
+
 /// Assembles the answer. `global_shadow` reports real statuses but an overall OK.
 pub fn assemble<'p>(
     plan: &'p Plan<'_>,
     outcomes: &[ChargeOutcome],
     global_shadow: bool,
 ) -> Decision<'p> {
-    let statuses: Vec<Status<'p>> = plan
+    let statuses = plan
         .descriptors
         .iter()
         .map(|d| match d.kind {
-            DescriptorKind::NoLimit => Status {
-                code: Code::Ok,
-                limit: None,
-                remaining: 0,
-                wait_us: None,
-                unsatisfiable: false,
-            },
-            DescriptorKind::Unlimited => Status {
-                code: Code::Ok,
-                limit: None,
-                remaining: u32::MAX,
-                wait_us: None,
-                unsatisfiable: false,
-            },
+            DescriptorKind::NoLimit => unlimited_status(0),
+            DescriptorKind::Unlimited => unlimited_status(u32::MAX),
             DescriptorKind::Limited => descriptor_status(plan, d.charges.clone(), outcomes),
         })
         .collect();
-    let mut over = false;
-    let mut quota_seen = false;
-    let mut quota_all_over = true;
-    for (s, d) in statuses.iter().zip(&plan.descriptors) {
-        if d.quota {
-            quota_seen = true;
-            quota_all_over &= s.code == Code::OverLimit;
-        } else {
-            over |= s.code == Code::OverLimit;
-        }
-    }
-    over |= quota_seen && quota_all_over;
+    let over = plan_verdict(plan, outcomes).is_over();
     let shadow_denied = plan
         .charges
         .iter()
@@ -139,33 +164,33 @@ pub fn assemble<'p>(
     }
 }
 
-/// The answer when the store could not decide and the failure policy answers `code` for
-/// every limited descriptor.
-pub fn on_store_failure<'p>(plan: &'p Plan<'_>, code: Code) -> Decision<'p> {
-    let statuses: Vec<Status<'p>> = plan
-        .descriptors
-        .iter()
-        .map(|d| {
-            let limit = (d.kind == DescriptorKind::Limited)
-                .then(|| plan.charges[d.charges.start].limit.as_ref());
-            Status {
-                code: if limit.is_some() { code } else { Code::Ok },
-                limit,
-                remaining: 0,
-                wait_us: None,
-                unsatisfiable: false,
-            }
-        })
-        .collect();
-    let overall = if statuses.iter().any(|s| s.code == Code::OverLimit) {
-        Code::OverLimit
-    } else {
-        Code::Ok
-    };
-    Decision {
-        overall,
-        statuses,
-        shadowed: false,
+/// The answer when the store could not decide and the failure policy answers for it:
+/// every limit allows (`allow`) or denies (`deny`), and the one rule above turns that into
+/// statuses and the overall code (so shadow limits never deny and quota works as always).
+pub fn on_store_failure<'p>(plan: &'p Plan<'_>, allow: bool, global_shadow: bool) -> Decision<'p> {
+    let outcomes = vec![
+        ChargeOutcome {
+            allowed: allow,
+            remaining: 0,
+            wait_us: None,
+        };
+        plan.charges.len()
+    ];
+    let mut d = assemble(plan, &outcomes, global_shadow);
+    for s in &mut d.statuses {
+        // No store answer says the cost can never fit.
+        s.unsatisfiable = false;
+    }
+    d
+}
+
+fn unlimited_status<'p>(remaining: u32) -> Status<'p> {
+    Status {
+        code: Code::Ok,
+        limit: None,
+        remaining,
+        wait_us: None,
+        unsatisfiable: false,
     }
 }
 
@@ -179,7 +204,8 @@ fn descriptor_status<'p>(
     let denied = |i: &usize| !outs[*i].allowed && charges[*i].role != Role::Shadow;
     // "Never" (None) waits longest.
     let wait_rank = |i: &usize| outs[*i].wait_us.map_or(u64::MAX, |w| w);
-    let (code, pick) = match (0..charges.len()).filter(denied).max_by_key(wait_rank) {
+    let over = (0..charges.len()).filter(denied).max_by_key(wait_rank);
+    let (code, pick) = match over {
         Some(i) => (Code::OverLimit, i),
         None => (
             Code::Ok,
@@ -192,7 +218,10 @@ fn descriptor_status<'p>(
     Status {
         code,
         limit: Some(charges[pick].limit.as_ref()),
-        remaining: o.remaining.min(u32::MAX as u64) as u32,
+        remaining: match code {
+            Code::OverLimit => 0,
+            Code::Ok => o.remaining.min(u32::MAX as u64) as u32,
+        },
         wait_us: o.wait_us,
         unsatisfiable: code == Code::OverLimit && o.wait_us.is_none(),
     }
@@ -202,25 +231,46 @@ fn descriptor_status<'p>(
 mod tests {
     use super::*;
 
+    const E: Role = Role::Enforced;
+    const S: Role = Role::Shadow;
+
+    fn q(d: u32) -> Role {
+        Role::Quota { descriptor: d }
+    }
+
     #[test]
-    fn quota_descriptors_deny_only_when_all_are_over() {
-        use Role::*;
-        let q = |d| Quota { descriptor: d };
-        assert_eq!(
-            verdict([(q(0), false, false), (q(1), false, true)].into_iter()),
-            Verdict::Admit
-        );
-        assert_eq!(
-            verdict([(q(0), false, false), (q(1), false, false)].into_iter()),
-            Verdict::Deny
-        );
-        assert_eq!(
-            verdict([(Enforced, false, true), (q(1), false, false)].into_iter()),
-            Verdict::Deny
-        );
-        assert_eq!(
-            verdict([(Shadow, false, false), (Enforced, true, false)].into_iter()),
-            Verdict::OverdraftOnly
-        );
+    fn the_denial_rule() {
+        use Verdict::*;
+        // (charges as (role, overdraft, allowed), quota descriptors, verdict)
+        type Row = (Vec<(Role, bool, bool)>, usize, Verdict);
+        let table: Vec<Row> = vec![
+            (vec![(E, false, true)], 0, Admit),
+            (vec![(E, false, false)], 0, Deny),
+            (vec![(S, false, false)], 0, Admit),
+            (vec![(E, true, false)], 0, OverdraftOnly),
+            (vec![(E, true, false), (E, false, false)], 0, Deny),
+            // Quota: over only when every quota descriptor is.
+            (vec![(q(0), false, false), (q(1), false, true)], 2, Admit),
+            (vec![(q(0), false, false), (q(1), false, false)], 2, Deny),
+            // A quota descriptor is over when one of its limits denies.
+            (vec![(q(0), false, true), (q(0), false, false)], 1, Deny),
+            // A quota descriptor with no enforced limit is never over.
+            (vec![(q(1), false, false)], 2, Admit),
+            (vec![(E, false, true), (q(1), false, false)], 1, Deny),
+            (
+                vec![(q(0), true, false), (q(1), false, false)],
+                2,
+                OverdraftOnly,
+            ),
+            (vec![(q(0), true, false), (q(0), false, false)], 1, Deny),
+            (vec![(S, false, false), (E, true, false)], 0, OverdraftOnly),
+        ];
+        for (charges, quota, want) in table {
+            assert_eq!(
+                verdict(charges.iter().copied(), quota),
+                want,
+                "{charges:?} with {quota} quota descriptors"
+            );
+        }
     }
 }

@@ -131,7 +131,7 @@ impl Algorithm {
 }
 
 /// The numbers an algorithm needs. All times are microseconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitParams {
     pub algorithm: Algorithm,
     /// Requests (or cost units) allowed per window; for a token bucket, the refill per window.
@@ -143,6 +143,11 @@ pub struct LimitParams {
     pub overdraft: bool,
 }
 
+/// Debt beyond a full limit is capped at this many times its capacity: usage (an overdraft's
+/// or, with `--count-rejected`, a denied request's) stops adding there, so no counter grows
+/// without bound and no key lives longer than about 101 windows.
+pub const DEBT_CAP_FACTOR: u64 = 100;
+
 impl LimitParams {
     /// The most one request can ever be granted: a cost above this can never succeed.
     pub fn capacity(&self) -> u64 {
@@ -150,6 +155,11 @@ impl LimitParams {
             Algorithm::TokenBucket => self.burst,
             _ => self.limit,
         }
+    }
+
+    /// The most usage a counter holds: a full limit plus [`DEBT_CAP_FACTOR`] × capacity.
+    pub fn usage_cap(&self) -> u64 {
+        self.capacity().saturating_mul(DEBT_CAP_FACTOR + 1)
     }
 }
 

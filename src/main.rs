@@ -90,6 +90,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_descriptors: args.max_descriptors,
             max_entries: args.max_entries,
             max_value_len: args.max_value_len,
+            max_hits: args.max_hits,
         },
         failure_mode: args.failure_mode.into(),
     };

@@ -83,7 +83,7 @@ impl<S: Store> RateLimiter<S> {
         let outcomes = if plan.charges.is_empty() {
             Vec::new()
         } else {
-            match self.store.apply(&plan.charges, mode).await {
+            match self.store.apply(&plan, mode).await {
                 Ok(o) => o,
                 Err(e) => return self.on_store_failure(req, &plan, e.0),
             }
@@ -103,7 +103,7 @@ impl<S: Store> RateLimiter<S> {
         let policy = self.settings.failure_mode;
         tracing::warn!(%error, policy = policy.name(), "store failed");
         let m = &self.metrics;
-        let code = match policy {
+        let allow = match policy {
             FailureMode::Error => {
                 inc(&m.store_failure_error);
                 return Err(CallError::Unavailable(format!(
@@ -112,14 +112,14 @@ impl<S: Store> RateLimiter<S> {
             }
             FailureMode::Allow => {
                 inc(&m.store_failure_allow);
-                Code::Ok
+                true
             }
             FailureMode::Deny => {
                 inc(&m.store_failure_deny);
-                Code::OverLimit
+                false
             }
         };
-        let decision = decision::on_store_failure(plan, code);
+        let decision = decision::on_store_failure(plan, allow, self.settings.global_shadow);
         self.observe(req, &decision);
         Ok(response(&self.settings, req, plan, &decision, Some(policy)))
     }

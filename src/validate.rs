@@ -10,7 +10,14 @@ pub struct Bounds {
     pub max_entries: usize,
     /// Bytes, for each entry key and value.
     pub max_value_len: usize,
+    /// Largest cost one descriptor may carry (`--max-hits`).
+    pub max_hits: u64,
 }
+
+/// The default and the largest `--max-hits`: costs stay far below 2^53, which the Redis
+/// scripts hold exactly.
+pub const DEFAULT_MAX_HITS: u64 = u32::MAX as u64;
+pub const MAX_MAX_HITS: u64 = 1 << 40;
 
 impl Default for Bounds {
     fn default() -> Bounds {
@@ -18,6 +25,7 @@ impl Default for Bounds {
             max_descriptors: 64,
             max_entries: 16,
             max_value_len: 1024,
+            max_hits: DEFAULT_MAX_HITS,
         }
     }
 }
@@ -44,7 +52,19 @@ pub fn validate(req: &RateLimitRequest, b: &Bounds) -> Result<(), String> {
             b.max_descriptors
         ));
     }
+    if u64::from(req.hits_addend) > b.max_hits {
+        return Err(format!(
+            "hits_addend {} is more than the maximum of {} (--max-hits)",
+            req.hits_addend, b.max_hits
+        ));
+    }
     for (i, d) in req.descriptors.iter().enumerate() {
+        if let Some(h) = d.hits_addend.filter(|&h| h > b.max_hits) {
+            return Err(format!(
+                "descriptor {i} has hits_addend {h}, more than the maximum of {} (--max-hits)",
+                b.max_hits
+            ));
+        }
         if d.entries.is_empty() {
             return Err(format!("descriptor {i} has no entries"));
         }

@@ -3,9 +3,16 @@
 //! [`Verdict`] decides which counters keep their new state: all, only overdraft ones, or none.
 //!
 //! Stores load the counters a request touches, call [`evaluate`] under their own atomicity
-//! (shard locks in memory, a Lua script in Redis) and write back the counters marked `commit`.
+//! (shard locks in memory, a Lua script in Redis, which follows this function step by step)
+//! and write back the counters marked `commit`.
+//!
+//! What each charge reports follows the reporting rule of [`crate::decision`], from the state
+//! the request leaves behind: an allowed charge, the remaining and the time until its limit is
+//! whole; a denied one, the time until the request's unlanded cost on that counter fits.
 
-use super::{charge, check_cost, fits, refresh, remaining, reset_after, retry_after, State};
+use super::{
+    charge, check_cost, fits, refresh, remaining, reset_after, retry_after, Landing, State,
+};
 use crate::decision::{verdict, ChargeOutcome, Verdict};
 use crate::limit::LimitParams;
 use crate::plan::Role;
@@ -42,7 +49,7 @@ impl Counter {
     }
 
     /// The state the request leaves behind.
-    fn final_state(&self) -> &Option<State> {
+    pub fn final_state(&self) -> &Option<State> {
         if self.commit {
             &self.after
         } else {
@@ -51,59 +58,97 @@ impl Counter {
     }
 }
 
-/// Decides a request all-or-nothing over `counters`, marking the ones to write back. With
-/// `count_rejected` every charge lands, as envoyproxy/ratelimit.
+/// How a batch is charged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchMode {
+    /// envoyproxy/ratelimit's counting: every charge lands, even on a denied request.
+    pub count_rejected: bool,
+    /// Evaluate and report; nothing lands.
+    pub dry_run: bool,
+}
+
+/// The batch's answer: per charge, its outcome and what it left in its counter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluated {
+    pub verdict: Verdict,
+    pub outcomes: Vec<ChargeOutcome>,
+    /// `added` is 0 for a charge that did not land.
+    pub landings: Vec<Landing>,
+}
+
+/// Decides a request all-or-nothing over `counters`, marking the ones to write back.
+/// `quota_descriptors` counts the whole request's quota descriptors.
 pub fn evaluate(
     counters: &mut [Counter],
     charges: &[BatchCharge],
     now: u64,
-    count_rejected: bool,
-) -> Vec<ChargeOutcome> {
+    mode: BatchMode,
+    quota_descriptors: usize,
+) -> Evaluated {
     let mut allowed = Vec::with_capacity(charges.len());
+    let mut landings = Vec::with_capacity(charges.len());
     for c in charges {
         let counter = &mut counters[c.counter];
-        let ok = fits(
-            &counter.after,
-            &c.params,
-            check_cost(&c.params, c.cost),
-            now,
-        );
-        if ok || c.params.overdraft || count_rejected {
-            charge(&mut counter.after, &c.params, c.cost, now);
-        }
+        let k = check_cost(&c.params, c.cost, mode.count_rejected);
+        let ok = fits(&counter.after, &c.params, k, now);
+        let landing = if ok || c.params.overdraft || mode.count_rejected {
+            charge(&mut counter.after, &c.params, c.cost, now)
+        } else {
+            Landing::default()
+        };
         allowed.push(ok);
+        landings.push(landing);
     }
     let verdict = verdict(
         charges
             .iter()
             .zip(&allowed)
             .map(|(c, &ok)| (c.role, c.params.overdraft, ok)),
+        quota_descriptors,
     );
     for counter in counters.iter_mut() {
-        counter.commit = count_rejected
-            || match verdict {
-                Verdict::Admit => true,
-                Verdict::OverdraftOnly => counter.overdraft,
-                Verdict::Deny => false,
-            };
-        counter.commit &= counter.after != counter.loaded;
+        let lands = mode.count_rejected || verdict.lands(counter.overdraft);
+        counter.commit = !mode.dry_run && lands && counter.after != counter.loaded;
     }
-    charges
+    for (c, landing) in charges.iter().zip(landings.iter_mut()) {
+        if !counters[c.counter].commit {
+            *landing = Landing::default();
+        }
+    }
+    // Per counter, the cost of this request's charges that did not land: what a retry of the
+    // request needs to fit there (overdraft charges land whenever anything is left).
+    let mut need = vec![0u64; counters.len()];
+    for (c, landing) in charges.iter().zip(&landings) {
+        if landing.added == 0 && !c.params.overdraft {
+            need[c.counter] = need[c.counter].saturating_add(c.cost);
+        }
+    }
+    let outcomes = charges
         .iter()
-        .zip(allowed)
-        .map(|(c, ok)| {
+        .zip(&allowed)
+        .zip(&landings)
+        .map(|((c, &ok), landing)| {
             let state = counters[c.counter].final_state();
+            let k = check_cost(&c.params, c.cost, mode.count_rejected);
+            let wait_us = if ok {
+                Some(reset_after(state, &c.params, now))
+            } else if landing.added > 0 || c.params.overdraft {
+                retry_after(state, &c.params, k, now)
+            } else {
+                retry_after(state, &c.params, k.max(need[c.counter]), now)
+            };
             ChargeOutcome {
                 allowed: ok,
                 remaining: remaining(state, &c.params, now),
-                wait_us: if ok {
-                    Some(reset_after(state, &c.params, now))
-                } else {
-                    retry_after(state, &c.params, check_cost(&c.params, c.cost), now)
-                },
+                wait_us,
             }
         })
-        .collect()
+        .collect();
+    Evaluated {
+        verdict,
+        outcomes,
+        landings,
+    }
 }
 
 #[cfg(test)]
@@ -133,7 +178,7 @@ pub(crate) mod tests {
             cost,
             role: Role::Enforced,
         }];
-        let out = evaluate(&mut counters, &charges, now, false);
+        let out = evaluate(&mut counters, &charges, now, BatchMode::default(), 0).outcomes;
         let counter = counters.remove(0);
         *state = if counter.commit {
             counter.after
@@ -166,13 +211,17 @@ pub(crate) mod tests {
                 role: Role::Enforced,
             })
             .collect();
-        let out = evaluate(&mut counters, &charges, now, false);
+        let out = evaluate(&mut counters, &charges, now, BatchMode::default(), 0).outcomes;
         assert!(out[0].allowed && !out[1].allowed);
         assert!(!counters[0].commit && !counters[1].commit);
         assert_eq!(out[0].remaining, 1);
 
         let mut counters = fresh();
-        let out = evaluate(&mut counters, &charges, now, true);
+        let mode = BatchMode {
+            count_rejected: true,
+            dry_run: false,
+        };
+        let out = evaluate(&mut counters, &charges, now, mode, 0).outcomes;
         assert!(out[0].allowed && !out[1].allowed);
         assert!(counters[0].commit && counters[1].commit);
     }

@@ -1,5 +1,6 @@
 //! Fixed window: a count in the epoch-aligned window ending at `end_us`, as
 //! envoyproxy/ratelimit counts (windows start at multiples of their length since the epoch).
+//! A charge's refund mark is its window's end: a refund only touches the window it charged.
 
 use crate::limit::LimitParams;
 
@@ -18,17 +19,31 @@ pub fn used(w: Option<&Window>) -> u64 {
     w.map_or(0, |w| w.count)
 }
 
-pub fn charge(w: Option<Window>, p: &LimitParams, cost: u64, now: u64) -> Window {
-    match w {
-        Some(w) => Window {
-            count: w.count + cost,
+/// Adds up to `cost`, stopping at the usage cap; returns the new window, what was added and
+/// the refund mark.
+pub fn charge(w: Option<Window>, p: &LimitParams, cost: u64, now: u64) -> (Window, u64, u64) {
+    let w = w.unwrap_or(Window {
+        count: 0,
+        end_us: now - now % p.window_us + p.window_us,
+    });
+    let added = cost.min(p.usage_cap().saturating_sub(w.count));
+    (
+        Window {
+            count: w.count + added,
             ..w
         },
-        None => Window {
-            count: cost,
-            end_us: now - now % p.window_us + p.window_us,
-        },
+        added,
+        w.end_us,
+    )
+}
+
+/// Removes `amount` charged into the window that ends at `mark`; `None` when nothing is left.
+pub fn refund(w: Window, mark: u64, amount: u64) -> Option<Window> {
+    if w.end_us != mark {
+        return Some(w);
     }
+    let count = w.count - amount.min(w.count);
+    (count > 0).then_some(Window { count, ..w })
 }
 
 /// Until the window ends. An untouched window still reports its end, as envoyproxy/ratelimit.

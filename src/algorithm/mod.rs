@@ -32,13 +32,24 @@ pub enum State {
 }
 
 /// The cost a check must fit: overdraft limits only ask "is anything left?", and a cost of 0
-/// (check only) asks the same, so it is OVER_LIMIT exactly when nothing is left.
-pub fn check_cost(p: &LimitParams, cost: u64) -> u64 {
-    if p.overdraft {
-        1
-    } else {
-        cost.max(1)
+/// (check only) asks the same, so it is OVER_LIMIT exactly when nothing is left. With
+/// `count_rejected` (envoyproxy/ratelimit's counting) a check-only cost fits while usage has
+/// not gone past the limit, as there.
+pub fn check_cost(p: &LimitParams, cost: u64, count_rejected: bool) -> u64 {
+    match (p.overdraft, cost, count_rejected) {
+        (true, _, _) => 1,
+        (false, 0, true) => 0,
+        (false, c, _) => c.max(1),
     }
+}
+
+/// What a charge added to its counter, and how a refund finds it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Landing {
+    /// Cost units added (less than the cost when the usage cap stopped it).
+    pub added: u64,
+    /// Fixed window: its end; sliding window: the entry's granule; token bucket: `(born, seq)`.
+    pub mark: (u64, u64),
 }
 
 /// Drops what has expired, so every other function sees only live state.
@@ -92,41 +103,60 @@ pub fn fits(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> bool {
     }
 }
 
-/// Adds `cost` to the state. `state` must be refreshed.
-pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) {
+/// Adds `cost` to the state, up to the usage cap. `state` must be refreshed.
+pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) -> Landing {
     if cost == 0 {
-        return;
+        return Landing::default();
     }
     let old = state.take();
-    *state = Some(match p.algorithm {
-        Algorithm::FixedWindow => State::Window(fixed_window::charge(
-            old.and_then(|s| match s {
+    let (new, added, mark) = match p.algorithm {
+        Algorithm::FixedWindow => {
+            let w = old.and_then(|s| match s {
                 State::Window(w) => Some(w),
                 _ => None,
-            }),
-            p,
-            cost,
-            now,
-        )),
-        Algorithm::SlidingWindow => State::Log(sliding_window::charge(
-            old.and_then(|s| match s {
+            });
+            let (w, added, end) = fixed_window::charge(w, p, cost, now);
+            ((w.count > 0).then_some(State::Window(w)), added, (end, 0))
+        }
+        Algorithm::SlidingWindow => {
+            let log = old.and_then(|s| match s {
                 State::Log(l) => Some(l),
                 _ => None,
-            }),
-            p,
-            cost,
-            now,
-        )),
-        Algorithm::TokenBucket => State::Tat(token_bucket::charge(
-            old.and_then(|s| match s {
+            });
+            let (log, added, granule) = sliding_window::charge(log, p, cost, now);
+            (log.map(State::Log), added, (granule, 0))
+        }
+        Algorithm::TokenBucket => {
+            let t = old.and_then(|s| match s {
                 State::Tat(t) => Some(t),
                 _ => None,
-            }),
-            p,
-            cost,
-            now,
-        )),
-    });
+            });
+            let (t, added, mark) = token_bucket::charge(t, p, cost, now);
+            (t.map(State::Tat), added, mark)
+        }
+    };
+    *state = new;
+    Landing { added, mark }
+}
+
+/// Undoes a charge that landed as `landing`, exactly, whatever else was charged since
+/// (see each algorithm for how). `state` must be refreshed.
+pub fn refund(state: &mut Option<State>, p: &LimitParams, landing: Landing, now: u64) {
+    if landing.added == 0 {
+        return;
+    }
+    *state = match state.take() {
+        None => None,
+        Some(State::Window(w)) => {
+            fixed_window::refund(w, landing.mark.0, landing.added).map(State::Window)
+        }
+        Some(State::Log(l)) => {
+            sliding_window::refund(l, p, landing.mark.0, landing.added).map(State::Log)
+        }
+        Some(State::Tat(t)) => {
+            token_bucket::refund(t, p, landing.mark, landing.added, now).map(State::Tat)
+        }
+    };
 }
 
 /// What is left now, in whole cost units.

@@ -4,6 +4,11 @@
 //! stamped with the latest. Merging moves usage *later*, by less than a granule, so the count
 //! can only overstate what the trailing window holds: it never over-admits, and forgets a
 //! charge at most one granule after its window.
+//!
+//! A charge is stamped `max(now, newest entry)`, so a clock that steps back never puts an
+//! entry before a newer one, and the log's newest entry always bounds its lifetime. A charge's
+//! refund mark is its entry's granule index, so a refund removes exactly its own charge even
+//! when later charges merged into the same entry.
 
 use std::collections::VecDeque;
 
@@ -37,23 +42,42 @@ pub fn used(log: Option<&Log>) -> u64 {
     log.map_or(0, |l| l.total)
 }
 
-pub fn charge(log: Option<Log>, p: &LimitParams, cost: u64, now: u64) -> Log {
-    let Some(mut log) = log else {
-        return Log {
-            entries: VecDeque::from([(now, cost)]),
-            total: cost,
-        };
-    };
-    log.total += cost;
+/// Adds up to `cost`, stopping at the usage cap; returns the new log (`None` if it stays
+/// empty), what was added and the refund mark.
+pub fn charge(log: Option<Log>, p: &LimitParams, cost: u64, now: u64) -> (Option<Log>, u64, u64) {
+    let mut log = log.unwrap_or(Log {
+        entries: VecDeque::new(),
+        total: 0,
+    });
+    let added = cost.min(p.usage_cap().saturating_sub(log.total));
     let g = granule_us(p.window_us);
-    match log.entries.back_mut() {
-        Some(last) if now / g == last.0 / g => {
-            last.0 = last.0.max(now);
-            last.1 += cost;
+    let at = log.entries.back().map_or(now, |&(t, _)| t.max(now));
+    if added > 0 {
+        log.total += added;
+        match log.entries.back_mut() {
+            Some(last) if at / g == last.0 / g => {
+                last.0 = at;
+                last.1 += added;
+            }
+            _ => log.entries.push_back((at, added)),
         }
-        _ => log.entries.push_back((now, cost)),
     }
-    log
+    let log = (!log.entries.is_empty()).then_some(log);
+    (log, added, at / g)
+}
+
+/// Removes `amount` from the entry of granule `mark`; `None` when nothing is left.
+pub fn refund(mut log: Log, p: &LimitParams, mark: u64, amount: u64) -> Option<Log> {
+    let g = granule_us(p.window_us);
+    if let Some(i) = log.entries.iter().position(|&(t, _)| t / g == mark) {
+        let take = amount.min(log.entries[i].1);
+        log.entries[i].1 -= take;
+        log.total -= take;
+        if log.entries[i].1 == 0 {
+            log.entries.remove(i);
+        }
+    }
+    (!log.entries.is_empty()).then_some(log)
 }
 
 /// Until the newest charge leaves the window.

@@ -158,12 +158,8 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
     if algorithm == Algorithm::TokenBucket && requests_per_unit == 0 {
         return Err("a token_bucket limit needs requests_per_unit of at least 1".into());
     }
-    // The Redis script holds `burst × window` (µs) exactly only below 2^53.
-    if algorithm == Algorithm::TokenBucket && burst as u128 * window_us as u128 > 1u128 << 53 {
-        return Err(format!(
-            "token_bucket burst {burst} over a {}s window is too large: keep burst × window (in microseconds) under 2^53",
-            window_us / 1_000_000
-        ));
+    if algorithm == Algorithm::TokenBucket {
+        check_token_bucket_size(burst, requests_per_unit as u64, window_us)?;
     }
     let params = LimitParams {
         algorithm,
@@ -187,4 +183,20 @@ fn window_us(text: &str) -> Result<u64, String> {
             "invalid window '{text}': expected a positive whole number of milliseconds, like 500ms, 90s, 5m, 1h30m or 1d"
         )),
     }
+}
+
+/// The Redis script computes a token bucket exactly with numbers below 2^53. Its largest
+/// products are `units × limit` and `units × window / limit` for up to
+/// `(1 + DEBT_CAP_FACTOR) × burst` units, which must stay below 2^52 (so that adding the time
+/// since the epoch stays below 2^53).
+fn check_token_bucket_size(burst: u64, limit: u64, window_us: u64) -> Result<(), String> {
+    let units = burst as u128 * (crate::limit::DEBT_CAP_FACTOR as u128 + 1);
+    let widest = (limit as u128).max((window_us as u128).div_ceil(limit as u128));
+    if units * widest >= 1u128 << 52 {
+        return Err(format!(
+            "token_bucket with burst {burst}, requests_per_unit {limit} and a {} window is too large to compute exactly: keep 101 × burst × max(requests_per_unit, window in µs / requests_per_unit) under 2^52, or use fixed_window or sliding_window",
+            crate::duration::format(std::time::Duration::from_micros(window_us))
+        ));
+    }
+    Ok(())
 }

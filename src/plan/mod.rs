@@ -37,6 +37,9 @@ pub enum Role {
 pub struct Plan<'c> {
     pub descriptors: Vec<DescriptorPlan<'c>>,
     pub charges: Vec<Charge<'c>>,
+    /// Descriptors whose matched rule has `quota_mode`, charged or not (see
+    /// [`crate::decision::verdict`]).
+    pub quota_descriptors: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +108,7 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         return Ok(Plan {
             descriptors,
             charges: Vec::new(),
+            quota_descriptors: 0,
         });
     };
 
@@ -129,7 +133,14 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
                 descriptor: i,
                 limit: Cow::Owned(Limit::from_override(ov.requests_per_unit, unit)),
                 depth: d.entries.len().saturating_sub(1),
-                role: Role::Enforced,
+                // The override replaces the rule's limits, not its quota mode.
+                role: if quota {
+                    Role::Quota {
+                        descriptor: i as u32,
+                    }
+                } else {
+                    Role::Enforced
+                },
             });
             DescriptorKind::Limited
         } else if let Some(r) = rule.filter(|r| r.unlimited) {
@@ -196,9 +207,11 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             dp.kind = DescriptorKind::NoLimit;
         }
     }
+    let quota_descriptors = descriptors.iter().filter(|d| d.quota).count();
     Ok(Plan {
         descriptors,
         charges,
+        quota_descriptors,
     })
 }
 

@@ -15,11 +15,11 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
-use crate::algorithm::batch::{self, BatchCharge, Counter};
+use crate::algorithm::batch::{self, BatchCharge, BatchMode, Counter};
 use crate::algorithm::{expires_at, State};
 use crate::clock::Clock;
 use crate::limit::LimitParams;
-use crate::plan::Charge;
+use crate::plan::Plan;
 
 const SHARDS: usize = 64;
 /// Expired counters are swept at most this often (they are also dropped when touched).
@@ -66,8 +66,9 @@ impl MemoryStore {
             .sum()
     }
 
-    fn apply_now(&self, charges: &[Charge<'_>], mode: ApplyMode) -> Vec<ChargeOutcome> {
+    fn apply_now(&self, plan: &Plan<'_>, mode: ApplyMode) -> Vec<ChargeOutcome> {
         let now = self.clock.now_us();
+        let charges = &plan.charges;
         // Distinct keys become counters; a request has few charges, so linear search is fine.
         let mut keys: Vec<(&str, usize, LimitParams)> = Vec::with_capacity(charges.len());
         let mut batch = Vec::with_capacity(charges.len());
@@ -103,7 +104,17 @@ impl MemoryStore {
                 Counter::new(loaded, &params, now)
             })
             .collect();
-        let outcomes = batch::evaluate(&mut counters, &batch, now, mode.count_rejected);
+        let batch_mode = BatchMode {
+            count_rejected: mode.count_rejected,
+            dry_run: false,
+        };
+        let evaluated = batch::evaluate(
+            &mut counters,
+            &batch,
+            now,
+            batch_mode,
+            plan.quota_descriptors,
+        );
         for (counter, &(key, shard, params)) in counters.into_iter().zip(&keys) {
             if !counter.commit {
                 continue;
@@ -127,17 +138,17 @@ impl MemoryStore {
                 }
             }
         }
-        outcomes
+        evaluated.outcomes
     }
 }
 
 impl Store for MemoryStore {
     async fn apply(
         &self,
-        charges: &[Charge<'_>],
+        plan: &Plan<'_>,
         mode: ApplyMode,
     ) -> Result<Vec<ChargeOutcome>, StoreError> {
-        Ok(self.apply_now(charges, mode))
+        Ok(self.apply_now(plan, mode))
     }
 
     async fn maintain(&self) {

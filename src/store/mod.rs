@@ -1,14 +1,13 @@
 //! Where counters live. A store executes a plan's charges atomically (all-or-nothing, see
 //! [`crate::algorithm::batch`]) and answers a [`ChargeOutcome`] per charge.
 
-mod local_cache;
 pub mod memory;
 pub mod redis;
 
 use std::future::Future;
 
 pub use crate::decision::ChargeOutcome;
-use crate::plan::Charge;
+use crate::plan::Plan;
 
 /// Why a store could not decide. Maps to the configured failure policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,10 +22,11 @@ pub struct ApplyMode {
 }
 
 pub trait Store: Send + Sync + 'static {
-    /// Decides and charges `charges` as one request. Outcomes are index-aligned with charges.
+    /// Decides and charges `plan`'s charges as one request, by the rule of
+    /// [`crate::decision::verdict`]. Outcomes are index-aligned with `plan.charges`.
     fn apply(
         &self,
-        charges: &[Charge<'_>],
+        plan: &Plan<'_>,
         mode: ApplyMode,
     ) -> impl Future<Output = Result<Vec<ChargeOutcome>, StoreError>> + Send;
 

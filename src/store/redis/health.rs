@@ -1,6 +1,7 @@
 //! Keeping the Redis store healthy: readiness from a ping to every primary, cluster topology
 //! re-synced periodically and whenever a primary stops answering, scripts reloaded whenever the
-//! primaries change. The server's upkeep task calls [`RedisStore::upkeep`] about twice a second.
+//! primaries change. The server's upkeep task calls `upkeep` (through `Store::maintain`) about
+//! twice a second.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::config::Options;
 
-use super::RedisStore;
+use super::Inner;
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;
@@ -16,7 +17,7 @@ const SYNC_EVERY_TICKS: u64 = 20;
 /// How long one health ping may take.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-impl RedisStore {
+impl Inner {
     /// One upkeep round: probe, re-sync the topology when due, reload scripts after changes,
     /// and publish readiness.
     pub(super) async fn upkeep(&self) {
@@ -80,10 +81,12 @@ impl RedisStore {
     }
 
     async fn load_scripts(&self) {
-        for script in [&self.decide, &self.refund] {
-            if let Err(e) = self.client.script_load_cluster::<(), _>(script.lua).await {
-                tracing::warn!(error = %e, "loading scripts failed; will load on first use");
-            }
+        if let Err(e) = self
+            .client
+            .script_load_cluster::<(), _>(self.script.lua)
+            .await
+        {
+            tracing::warn!(error = %e, "loading the script failed; it loads on first use");
         }
     }
 }

@@ -4,14 +4,26 @@
 //! Order is fixed for every request: descriptor groups first, then shared (global) limits,
 //! each in order of first appearance. Pure, so it is unit-tested here.
 
-use crate::plan::{Charge, Role};
+use crate::limit::LimitParams;
+use crate::plan::{Plan, Role};
+
+/// A charge as the Redis store needs it, owned (decisions outlive the request future so that
+/// a charge that lands late is still refunded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    /// The counter key with the store's prefix and format version.
+    pub key: String,
+    pub params: LimitParams,
+    pub cost: u64,
+    pub role: Role,
+}
 
 /// Charges sharing a hash tag, with their distinct keys.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Group {
-    /// Distinct counter keys (without the store's prefix), in order of first use.
-    pub keys: Vec<String>,
-    /// Indexes into the request's charges.
+    /// Per distinct key of the group, the spec that names it.
+    pub keys: Vec<usize>,
+    /// The group's charges (indexes into the specs), in request order.
     pub charges: Vec<usize>,
     /// Per charge, its key's index in `keys`.
     pub key_of: Vec<usize>,
@@ -19,54 +31,56 @@ pub struct Group {
     pub shared: bool,
 }
 
-/// Groups charges by hash tag: descriptor groups first, shared limits last, each in order of
-/// first appearance.
-pub fn placement_groups(charges: &[Charge<'_>]) -> Vec<Group> {
-    let mut groups: Vec<(&str, Group)> = Vec::new();
-    for (ci, c) in charges.iter().enumerate() {
+/// A request laid out for Redis.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub specs: Vec<Spec>,
+    pub groups: Vec<Group>,
+}
+
+/// Groups `plan`'s charges by hash tag, keys prefixed with `prefix`: descriptor groups first,
+/// shared limits last, each in order of first appearance.
+pub fn place(plan: &Plan<'_>, prefix: &str) -> Placed {
+    let mut tags: Vec<&str> = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut specs = Vec::with_capacity(plan.charges.len());
+    for (ci, c) in plan.charges.iter().enumerate() {
         let tag = c.tag();
-        let gi = match groups.iter().position(|(t, _)| *t == tag) {
+        let gi = match tags.iter().position(|t| *t == tag) {
             Some(i) => i,
             None => {
-                groups.push((
-                    tag,
-                    Group {
-                        keys: Vec::new(),
-                        charges: Vec::new(),
-                        key_of: Vec::new(),
-                        shared: c.limit.shared,
-                    },
-                ));
+                tags.push(tag);
+                groups.push(Group {
+                    keys: Vec::new(),
+                    charges: Vec::new(),
+                    key_of: Vec::new(),
+                    shared: c.limit.shared,
+                });
                 groups.len() - 1
             }
         };
-        let g = &mut groups[gi].1;
-        let key = match g.keys.iter().position(|k| *k == c.key) {
+        let g = &mut groups[gi];
+        let key = match g.keys.iter().position(|&k| plan.charges[k].key == c.key) {
             Some(k) => k,
             None => {
-                g.keys.push(c.key.clone());
+                g.keys.push(ci);
                 g.keys.len() - 1
             }
         };
         g.charges.push(ci);
         g.key_of.push(key);
+        let mut key = String::with_capacity(prefix.len() + c.key.len());
+        key.push_str(prefix);
+        key.push_str(&c.key);
+        specs.push(Spec {
+            key,
+            params: c.limit.params,
+            cost: c.cost,
+            role: c.role,
+        });
     }
-    let mut groups: Vec<Group> = groups.into_iter().map(|(_, g)| g).collect();
     groups.sort_by_key(|g| g.shared);
-    groups
-}
-
-/// How many distinct quota descriptors the request has.
-pub fn quota_descriptors(charges: &[Charge<'_>]) -> usize {
-    let mut seen: Vec<u32> = Vec::new();
-    for c in charges {
-        if let Role::Quota { descriptor } = c.role {
-            if !seen.contains(&descriptor) {
-                seen.push(descriptor);
-            }
-        }
-    }
-    seen.len()
+    Placed { specs, groups }
 }
 
 #[cfg(test)]
@@ -75,47 +89,63 @@ mod tests {
 
     use super::*;
     use crate::limit::{Limit, Unit};
+    use crate::plan::{Charge, DescriptorKind, DescriptorPlan};
 
-    fn charge(descriptor: usize, key: &str, shared: bool, role: Role) -> Charge<'static> {
+    fn charge(key: &str, shared: bool) -> Charge<'static> {
         let mut limit = Limit::from_override(10, Unit::Minute);
         limit.shared = shared;
         Charge {
-            descriptor,
+            descriptor: 0,
             limit: Cow::Owned(limit),
             key: key.to_string(),
             cost: 1,
-            role,
+            role: Role::Enforced,
+        }
+    }
+
+    fn plan(charges: Vec<Charge<'static>>) -> Plan<'static> {
+        Plan {
+            descriptors: vec![DescriptorPlan {
+                kind: DescriptorKind::Limited,
+                charges: 0..charges.len(),
+                quota: false,
+                metadata: None,
+            }],
+            charges,
+            quota_descriptors: 0,
         }
     }
 
     #[test]
     fn groups_follow_hash_tags_with_shared_limits_last() {
-        let e = Role::Enforced;
-        let charges = [
-            charge(0, "{d|g=*|*}|f60", true, e),
-            charge(0, "{d|t=a}|f60", false, e),
-            charge(0, "{d|t=a}|m=x|f60", false, e),
-            charge(1, "{d|t=b}|f60", false, e),
-            charge(1, "{d|t=a}|f60", false, e),
-        ];
-        let groups = placement_groups(&charges);
+        let placed = place(
+            &plan(vec![
+                charge("{d|g=*|*}|f60", true),
+                charge("{d|t=a}|f60", false),
+                charge("{d|t=a}|m=x|f60", false),
+                charge("{d|t=b}|f60", false),
+                charge("{d|t=a}|f60", false),
+            ]),
+            "tg:2:",
+        );
+        assert_eq!(placed.specs[1].key, "tg:2:{d|t=a}|f60");
         assert_eq!(
-            groups,
+            placed.groups,
             vec![
                 Group {
-                    keys: vec!["{d|t=a}|f60".into(), "{d|t=a}|m=x|f60".into()],
+                    keys: vec![1, 2],
                     charges: vec![1, 2, 4],
                     key_of: vec![0, 1, 0],
                     shared: false,
                 },
                 Group {
-                    keys: vec!["{d|t=b}|f60".into()],
+                    keys: vec![3],
                     charges: vec![3],
                     key_of: vec![0],
                     shared: false,
                 },
                 Group {
-                    keys: vec!["{d|g=*|*}|f60".into()],
+                    keys: vec![0],
                     charges: vec![0],
                     key_of: vec![0],
                     shared: true,
@@ -126,21 +156,8 @@ mod tests {
 
     #[test]
     fn shared_comes_from_the_limit_not_the_key() {
-        // A value that ends in `|*` after unescaping must not make a group shared.
-        let charges = [charge(0, "{d|k=v%7C%2A}|f60", false, Role::Enforced)];
-        assert!(!placement_groups(&charges)[0].shared);
-    }
-
-    #[test]
-    fn quota_descriptors_are_counted_once_each() {
-        let q = |d| Role::Quota { descriptor: d };
-        let charges = [
-            charge(0, "{a}|1", false, q(0)),
-            charge(0, "{a}|2", false, q(0)),
-            charge(1, "{b}|1", false, Role::Enforced),
-            charge(2, "{c}|1", false, q(2)),
-        ];
-        assert_eq!(quota_descriptors(&charges), 2);
-        assert_eq!(quota_descriptors(&[]), 0);
+        // A value that ends in `|*` once unescaped must not make a group shared.
+        let placed = place(&plan(vec![charge("{d|k=v%7C%2A}|f60", false)]), "");
+        assert!(!placed.groups[0].shared);
     }
 }

@@ -8,61 +8,39 @@
 //! Every request goes through a real gRPC client to a real server started in-process; time
 //! comes from Redis `TIME`, so bursts are scheduled away from a minute boundary.
 
-mod common;
-mod redis_support;
-
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
-use common::{descriptor, request, try_call, with_override, TestServer, OK, OVER_LIMIT};
-use redis_support::RedisCluster;
-use tollgate::clock::SystemClock;
+use tollgate::clock::{ManualClock, SystemClock};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::settings::Settings;
-use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
+use tollgate::store::redis::{ClockSource, RedisStore, KEY_FORMAT};
 use tonic::transport::Channel;
+
+use crate::support::kit::{avoid_window_edge, blocking, redis_cluster, RedisSetup};
+use crate::support::redis::RedisCluster;
+use crate::support::server::{
+    self as common, descriptor, request, try_call, with_override, TestServer, OK, OVER_LIMIT,
+};
 
 type Client = RateLimitServiceClient<Channel>;
 
 /// The proto enum number of MINUTE, for request-side limit overrides.
 const MINUTE: i32 = 2;
 
-/// Runs blocking harness work (redis-cli, process start) without stalling the runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
-/// One cluster for every test of this file that is running at the same time: each test keeps
-/// it alive with its `Arc`, and the last one to finish stops it. Tests keep apart by key prefix.
-fn shared_cluster() -> Arc<RedisCluster> {
-    static CLUSTER: Mutex<Weak<RedisCluster>> = Mutex::new(Weak::new());
-    let mut shared = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(cluster) = shared.upgrade() {
-        return cluster;
-    }
-    let cluster = Arc::new(RedisCluster::start(3, 1));
-    *shared = Arc::downgrade(&cluster);
-    cluster
-}
-
-/// A Redis store on Redis `TIME`, connected in the background (the server waits for it).
+/// A Redis store on Redis `TIME` (this machine's clock), connected in the background (the
+/// server waits for it).
 fn redis_store(url: &str, key_prefix: &str) -> Arc<RedisStore> {
-    let store = RedisStore::connect(
-        RedisOptions {
-            url: url.to_string(),
-            password: None,
-            key_prefix: key_prefix.to_string(),
-            timeout: Duration::from_millis(500),
-            clock: ClockSource::Redis,
-            local_cache_size: 1000,
-        },
-        Arc::new(SystemClock),
-    )
-    .expect("redis store");
-    Arc::new(store)
+    let clock = ManualClock::new(0);
+    let mut setup = RedisSetup::new(url.to_string(), &clock);
+    setup.key_prefix = key_prefix.to_string();
+    setup.timeout = Duration::from_millis(500);
+    setup.clock = ClockSource::Redis;
+    setup.wall = Arc::new(SystemClock);
+    Arc::new(setup.connect())
 }
 
 /// A tollgate server on its own Redis store, waited for until SERVING.
@@ -128,18 +106,8 @@ fn overall_codes(results: &[Result<RateLimitResponse, String>]) -> Vec<i32> {
         .collect()
 }
 
-/// Fixed windows are epoch-aligned and time is Redis `TIME` (this machine's clock): if fewer
-/// than `need` remain in the current minute, waits for the next one, so a burst never straddles
-/// a window boundary (which would legitimately admit twice).
 async fn avoid_minute_boundary(need: Duration) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970");
-    let into_minute = Duration::from_micros((now.as_micros() % 60_000_000) as u64);
-    let left = Duration::from_secs(60) - into_minute;
-    if left < need {
-        tokio::time::sleep(left + Duration::from_millis(200)).await;
-    }
+    avoid_window_edge(Duration::from_secs(60), need).await;
 }
 
 /// Every key with `prefix` on the cluster's primaries.
@@ -168,7 +136,7 @@ fn redis_hash_tag(key: &str) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_on_one_cluster_admit_exactly_the_limit() {
-    let cluster = blocking(shared_cluster);
+    let cluster = blocking(redis_cluster);
     let yaml = r#"
 domain: conc
 descriptors:
@@ -253,7 +221,7 @@ async fn two_tenants_share_a_global_limit(pool: &[Client]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tenant_and_shared_limits_in_different_slots_stay_exact_across_instances() {
-    let cluster = blocking(shared_cluster);
+    let cluster = blocking(redis_cluster);
     let prefix = "tenants:";
     let a = start_on_redis(&cluster.seed_url(), prefix, TENANTS_YAML).await;
     let b = start_on_redis(&cluster.seed_url(), prefix, TENANTS_YAML).await;
@@ -263,7 +231,7 @@ async fn tenant_and_shared_limits_in_different_slots_stay_exact_across_instances
 
     // The counters really are in different slots: the tenants' own keys carry the tenant's
     // tag, the shared key a tag of its own.
-    let keys = blocking(|| keys_with_prefix(&cluster, prefix));
+    let keys = blocking(|| keys_with_prefix(cluster, prefix));
     let find = |what: &str, pred: &dyn Fn(&str) -> bool| -> String {
         let found: Vec<&String> = keys.iter().filter(|k| pred(k)).collect();
         assert_eq!(found.len(), 1, "one {what} key expected among {keys:?}");
@@ -355,7 +323,7 @@ async fn a_full_tenant_does_not_starve_the_other(pool: &[Client]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_tenant_does_not_starve_the_other_across_instances() {
-    let cluster = blocking(shared_cluster);
+    let cluster = blocking(redis_cluster);
     let prefix = "starve:";
     let a = start_on_redis(&cluster.seed_url(), prefix, TENANTS_YAML).await;
     let b = start_on_redis(&cluster.seed_url(), prefix, TENANTS_YAML).await;
@@ -429,7 +397,7 @@ fn documented_tag(domain: &str, key: &str, value: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_descriptors_route_on_the_cluster_and_never_share_a_counter() {
-    let cluster = blocking(shared_cluster);
+    let cluster = blocking(redis_cluster);
     let prefix = "hostile:";
     let weird_key = "we}ird{key|=*";
     let yaml = format!(
@@ -515,7 +483,7 @@ descriptors:
 
     // One counter per descriptor, each under the hash tag of its own first entry: no value
     // moved a key to another slot.
-    let keys = blocking(|| keys_with_prefix(&cluster, prefix));
+    let keys = blocking(|| keys_with_prefix(cluster, prefix));
     assert_eq!(
         keys.len(),
         descriptors.len(),
@@ -524,7 +492,10 @@ descriptors:
     let found: BTreeSet<String> = keys
         .iter()
         .map(|k| {
-            let rest = k.strip_prefix(prefix).expect("key has the prefix");
+            let rest = k
+                .strip_prefix(prefix)
+                .and_then(|k| k.strip_prefix(KEY_FORMAT))
+                .expect("key has the prefix and the format version");
             assert!(
                 rest.starts_with('{'),
                 "key {k:?} does not start with its tag"

@@ -1,23 +1,21 @@
 //! envoyproxy/ratelimit's matching and answering semantics as a table, driven through
-//! `RateLimiter::should_rate_limit` on the memory store with a hand-driven clock.
+//! `RateLimiter::should_rate_limit` on every store of the kit with a hand-driven clock.
 //!
 //! Each case is a config, service settings and a script of steps: send a request (ignoring
 //! the answer), check a request's answer, or move the clock.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use tollgate::clock::ManualClock;
-use tollgate::config::{compile_sources, LoadOptions};
 use tollgate::limit::Unit;
 use tollgate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::service::{CallError, RateLimiter};
+use tollgate::service::CallError;
 use tollgate::settings::Settings;
-use tollgate::store::memory::MemoryStore;
+
+use crate::support::kit::{for_every_store, limiter, store, StoreKind};
 
 const SECOND_US: u64 = 1_000_000;
 /// A minute boundary (1_699_999_980 s is a multiple of 60) plus 15 s: every window of a
@@ -112,11 +110,12 @@ fn ok(name: &'static str, rpu: u32, unit: Unit, remaining: u32) -> Want {
     }
 }
 
-fn over(name: &'static str, rpu: u32, unit: Unit, remaining: u32) -> Want {
+fn over(name: &'static str, rpu: u32, unit: Unit) -> Want {
     Want {
         code: Code::OverLimit,
         limit: Some((Cow::Borrowed(name), rpu, unit)),
-        remaining,
+        // An OVER_LIMIT status always reports 0 left (the reporting rule).
+        remaining: 0,
     }
 }
 
@@ -168,18 +167,6 @@ fn case_with(name: &'static str, yaml: &'static str, settings: Settings, steps: 
 
 // ---- running ----
 
-fn limiter(yaml: &str, settings: Settings, clock: &ManualClock) -> RateLimiter<MemoryStore> {
-    let sources = [("limits.yaml".to_string(), yaml.to_string())];
-    let config =
-        compile_sources(&sources, LoadOptions::default()).unwrap_or_else(|e| panic!("config: {e}"));
-    let store = MemoryStore::new(Arc::new(clock.clone()));
-    RateLimiter::new(
-        Arc::new(ArcSwap::from_pointee(config)),
-        Arc::new(store),
-        settings,
-    )
-}
-
 fn got_status(resp: &RateLimitResponse) -> Vec<Want> {
     resp.statuses
         .iter()
@@ -194,10 +181,10 @@ fn got_status(resp: &RateLimitResponse) -> Vec<Want> {
         .collect()
 }
 
-/// Runs a case's script; returns a description of each mismatch.
-async fn run(case: Case) -> Vec<String> {
+/// Runs a case's script on a fresh store of `kind`; returns a description of each mismatch.
+async fn run(kind: StoreKind, case: Case) -> Vec<String> {
     let clock = ManualClock::new(START_US);
-    let rl = limiter(case.yaml, case.settings, &clock);
+    let rl = limiter(case.yaml, case.settings, store(kind, &clock).await);
     let mut failures = Vec::new();
     for (i, step) in case.steps.into_iter().enumerate() {
         let at = format!("{}: step {i}", case.name);
@@ -233,10 +220,10 @@ async fn run(case: Case) -> Vec<String> {
     failures
 }
 
-async fn run_all(cases: Vec<Case>) {
+async fn run_all(kind: StoreKind, cases: Vec<Case>) {
     let mut failures = Vec::new();
     for c in cases {
-        failures.extend(run(c).await);
+        failures.extend(run(kind, c).await);
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
 }
@@ -518,7 +505,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("k", "a")])]),
                     OVER,
-                    vec![over("", 1, MINUTE, 0)],
+                    vec![over("", 1, MINUTE)],
                 ),
             ],
         ),
@@ -539,7 +526,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("k", "foo1")])]),
                     OVER,
-                    vec![over("", 1, MINUTE, 0)],
+                    vec![over("", 1, MINUTE)],
                 ),
             ],
         ),
@@ -560,7 +547,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("k", "fo")])]),
                     OVER,
-                    vec![over("", 2, MINUTE, 0)],
+                    vec![over("", 2, MINUTE)],
                 ),
                 // A value the wildcard does not match has no rule at all.
                 expect(req("d", vec![desc(&[("k", "bar")])]), OK, vec![NO_LIMIT]),
@@ -583,7 +570,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("k", "foo3"), ("k2", "x")])]),
                     OVER,
-                    vec![over("child", 2, MINUTE, 0)],
+                    vec![over("child", 2, MINUTE)],
                 ),
                 // The child level is key-only: another child value has its own counter.
                 expect(
@@ -604,7 +591,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("k", "other")])]),
                     OVER,
-                    vec![over("per_k", 1, MINUTE, 0)],
+                    vec![over("per_k", 1, MINUTE)],
                 ),
             ],
         ),
@@ -633,7 +620,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("a", "1")])]),
                     OVER,
-                    vec![over("X", 1, MINUTE, 0)],
+                    vec![over("X", 1, MINUTE)],
                 ),
                 // With b, X is replaced by Y: a is unlimited by X and nothing charges it.
                 expect(
@@ -668,7 +655,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("s", "1")]), desc(&[("k", "1")])]),
                     OVER,
-                    vec![ok("shadowed", 1, MINUTE, 0), over("enforced", 1, MINUTE, 0)],
+                    vec![ok("shadowed", 1, MINUTE, 0), over("enforced", 1, MINUTE)],
                 ),
             ],
         ),
@@ -686,7 +673,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("k", "a")]), desc(&[("k", "b")])]),
                     OK,
-                    vec![over("", 1, MINUTE, 0), ok("", 1, MINUTE, 1)],
+                    vec![over("", 1, MINUTE), ok("", 1, MINUTE, 1)],
                 ),
             ],
         ),
@@ -699,12 +686,12 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("q", "a")]), desc(&[("q", "b")])]),
                     OK,
-                    vec![over("quota", 1, MINUTE, 0), ok("quota", 1, MINUTE, 0)],
+                    vec![over("quota", 1, MINUTE), ok("quota", 1, MINUTE, 0)],
                 ),
                 expect(
                     req("d", vec![desc(&[("q", "a")]), desc(&[("q", "b")])]),
                     OVER,
-                    vec![over("quota", 1, MINUTE, 0), over("quota", 1, MINUTE, 0)],
+                    vec![over("quota", 1, MINUTE), over("quota", 1, MINUTE)],
                 ),
             ],
         ),
@@ -724,7 +711,7 @@ fn cases() -> Vec<Case> {
                     ),
                     OK,
                     vec![
-                        over("quota", 1, MINUTE, 0),
+                        over("quota", 1, MINUTE),
                         ok("quota", 1, MINUTE, 0),
                         ok("plain", 1, MINUTE, 0),
                     ],
@@ -733,12 +720,12 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("q", "a")]), desc(&[("k", "2")])]),
                     OVER,
-                    vec![over("quota", 1, MINUTE, 0), ok("plain", 1, MINUTE, 1)],
+                    vec![over("quota", 1, MINUTE), ok("plain", 1, MINUTE, 1)],
                 ),
                 expect(
                     req("d", vec![desc(&[("q", "c")]), desc(&[("k", "1")])]),
                     OVER,
-                    vec![ok("quota", 1, MINUTE, 1), over("plain", 1, MINUTE, 0)],
+                    vec![ok("quota", 1, MINUTE, 1), over("plain", 1, MINUTE)],
                 ),
             ],
         ),
@@ -795,7 +782,7 @@ fn cases() -> Vec<Case> {
                         vec![desc_override(&[("k", "a")], 2, Unit::Second.proto())],
                     ),
                     OVER,
-                    vec![over("", 2, SECOND, 0)],
+                    vec![over("", 2, SECOND)],
                 ),
                 // It applies even where the config has no rule.
                 expect(
@@ -872,7 +859,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req_hits("d", vec![desc(&[("k", "a")])], 3),
                     OVER,
-                    vec![over("", 5, MINUTE, 2)],
+                    vec![over("", 5, MINUTE)],
                 ),
                 // hits_addend 0 means 1.
                 expect(
@@ -926,7 +913,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc_hits(&[("k", "a")], 0)]),
                     OVER,
-                    vec![over("", 5, MINUTE, 0)],
+                    vec![over("", 5, MINUTE)],
                 ),
             ],
         ),
@@ -941,7 +928,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("big", "1")]), desc(&[("small", "1")])]),
                     OVER,
-                    vec![ok("big", 5, MINUTE, 4), over("small", 1, MINUTE, 0)],
+                    vec![ok("big", 5, MINUTE, 4), over("small", 1, MINUTE)],
                 ),
                 expect(
                     req("d", vec![desc(&[("big", "1")])]),
@@ -1039,7 +1026,7 @@ fn cases() -> Vec<Case> {
                 expect(
                     req("d", vec![desc(&[("k", "a")])]),
                     OVER,
-                    vec![over("", 1, MINUTE, 0)],
+                    vec![over("", 1, MINUTE)],
                 ),
                 // 45 s after the start is the next minute.
                 Advance(SECOND_US),
@@ -1053,17 +1040,16 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-#[tokio::test]
-async fn matching_table() {
-    run_all(cases()).await;
+#[test]
+fn matching_table_on_every_store() {
+    for_every_store(|kind| run_all(kind, cases()));
 }
 
 /// `duration_until_reset` is the rest of the epoch-aligned window, not a full window from the
 /// first hit.
-#[tokio::test]
-async fn fixed_window_reset_is_epoch_aligned() {
+async fn fixed_window_reset_is_epoch_aligned(kind: StoreKind) {
     let clock = ManualClock::new(START_US);
-    let rl = limiter(KEY_ONLY_1, Settings::default(), &clock);
+    let rl = limiter(KEY_ONLY_1, Settings::default(), store(kind, &clock).await);
     let r = req("d", vec![desc(&[("k", "a")])]);
     let reset_secs = |resp: &RateLimitResponse| {
         resp.statuses[0]
@@ -1091,4 +1077,9 @@ async fn fixed_window_reset_is_epoch_aligned() {
     let next = rl.should_rate_limit(&r).await.expect("next window");
     assert_eq!(next.overall_code, Code::Ok as i32);
     assert_eq!(reset_secs(&next), Some((60, 0)));
+}
+
+#[test]
+fn fixed_window_reset_is_epoch_aligned_on_every_store() {
+    for_every_store(fixed_window_reset_is_epoch_aligned);
 }

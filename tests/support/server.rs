@@ -162,6 +162,17 @@ pub async fn start_with_store<S: Store>(
     opts: TestOptions,
     store: Arc<S>,
 ) -> TestServer {
+    let server = start_unready(yaml, opts, store).await;
+    let mut health = server.health().await;
+    for name in server::HEALTH_SERVICES {
+        wait_health(&mut health, name, ServingStatus::Serving).await;
+    }
+    server
+}
+
+/// Starts a server on `store` with both listeners on free ports, without waiting for the
+/// store to be ready.
+pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S>) -> TestServer {
     let config = TempConfig::new(yaml);
     let server_opts = ServerOptions {
         grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -173,15 +184,13 @@ pub async fn start_with_store<S: Store>(
         drain_delay: opts.drain_delay,
         shutdown_grace: Duration::from_secs(2),
     };
-    let running = server::start(server_opts, store, Shutdown::new())
-        .await
-        .expect("server starts");
-    let server = TestServer { running, config };
-    let mut health = server.health().await;
-    for name in server::HEALTH_SERVICES {
-        wait_health(&mut health, name, ServingStatus::Serving).await;
-    }
-    server
+    let running = bounded(
+        "server::start",
+        server::start(server_opts, store, Shutdown::new()),
+    )
+    .await
+    .expect("server starts");
+    TestServer { running, config }
 }
 
 /// A connection to `addr` with bounded connect and call times.

@@ -6,24 +6,21 @@
 //!
 //! Measured times are printed (run with `--nocapture` to see them).
 
-mod common;
-mod redis_support;
+#[path = "../support/mod.rs"]
+mod support;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{bounded, try_call, TempConfig, TestServer, OK, OVER_LIMIT};
-use redis_support::{RedisCluster, RedisServer};
-use tollgate::clock::SystemClock;
-use tollgate::config::LoadOptions;
+use support::kit::{blocking, RedisSetup};
+use support::redis::{RedisCluster, RedisServer};
+use support::server::{self as common, bounded, try_call, TestServer, OK, OVER_LIMIT};
+use tollgate::clock::{ManualClock, SystemClock};
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::server::{self, ServerOptions};
 use tollgate::settings::{FailureMode, Settings};
-use tollgate::shutdown::Shutdown;
-use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
+use tollgate::store::redis::{ClockSource, RedisStore};
 use tollgate::store::Store;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -36,7 +33,7 @@ const READINESS_BOUND: Duration = Duration::from_secs(2);
 /// How long a wait may go on past its bound, so a late event is still measured and reported.
 const OVERRUN: Duration = Duration::from_secs(8);
 const FAILURE_HEADER: &str = "x-tollgate-store-failure";
-const DECIDE_LUA: &str = include_str!("../lua/decide.lua");
+const DECIDE_LUA: &str = include_str!("../../lua/tollgate.lua");
 
 /// A large limit: traffic is never denied by it, so every answer that is not OK is a failure.
 const ROOMY_YAML: &str = r#"
@@ -50,30 +47,20 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3}
 "#;
 
-/// Runs blocking harness work (redis-cli, process start and stop) without stalling the runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// A Redis store on Redis `TIME` with the local cache off: every decision goes to Redis,
+/// which is what these tests exercise.
 fn redis_store(url: &str, key_prefix: &str, timeout: Duration) -> Arc<RedisStore> {
-    let store = RedisStore::connect(
-        RedisOptions {
-            url: url.to_string(),
-            password: None,
-            key_prefix: key_prefix.to_string(),
-            timeout,
-            clock: ClockSource::Redis,
-            // Off: every decision goes to Redis, which is what these tests exercise.
-            local_cache_size: 0,
-        },
-        Arc::new(SystemClock),
-    )
-    .expect("redis store");
-    Arc::new(store)
+    let mut setup = RedisSetup::new(url.to_string(), &ManualClock::new(0));
+    setup.key_prefix = key_prefix.to_string();
+    setup.timeout = timeout;
+    setup.clock = ClockSource::Redis;
+    setup.wall = Arc::new(SystemClock);
+    setup.local_cache_size = 0;
+    Arc::new(setup.connect())
 }
 
 fn settings(failure_mode: FailureMode) -> Settings {
@@ -90,21 +77,7 @@ async fn start_ready<S: Store>(store: Arc<S>, failure_mode: FailureMode) -> Test
 
 /// A server on `store`, without waiting for it to become ready.
 async fn start_unready<S: Store>(store: Arc<S>, failure_mode: FailureMode) -> TestServer {
-    let config = TempConfig::new(ROOMY_YAML);
-    let opts = ServerOptions {
-        grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        config_path: config.path.clone(),
-        load: LoadOptions::default(),
-        settings: settings(failure_mode),
-        reload_interval: None,
-        drain_delay: Duration::ZERO,
-        shutdown_grace: Duration::from_secs(2),
-    };
-    let running = bounded("server::start", server::start(opts, store, Shutdown::new()))
-        .await
-        .expect("server::start succeeds");
-    TestServer { running, config }
+    common::start_unready(ROOMY_YAML, settings(failure_mode).into(), store).await
 }
 
 fn tenant_req(tenant: &str) -> RateLimitRequest {
@@ -395,7 +368,7 @@ async fn killing_a_primary_resumes_decisions_after_failover() {
             .into_iter()
             .find(|&p| {
                 cluster
-                    .cli(p, &["KEYS", "failover:{faults|tenant=alpha}*"])
+                    .cli(p, &["KEYS", "failover:v2:{faults|tenant=alpha}*"])
                     .lines()
                     .any(|l| !l.is_empty())
             })

@@ -4,18 +4,16 @@
 //!   window, a token bucket over any span (burst + refill), a fixed window per epoch window;
 //! - nor less than the design concedes: a sliding window forgets a charge at most one granule
 //!   after its window; a token bucket admits and reports what exact GCRA arithmetic does;
-//! - a check-only charge (cost 0) never changes state; an overdraft charge always lands;
+//! - a check-only charge (cost 0) never changes state; an overdraft charge always lands, up
+//!   to the debt cap;
 //! - a request of several charges commits all of its slots or none;
 //! - a denial's wait is honest: the same charge fits after it, and not a millisecond before;
-//! - the memory store, driven through [`RateLimiter`] with a [`ManualClock`], answers exactly
-//!   what the pure model (`algorithm::batch::evaluate` over one counter per key) answers.
+//! - every store, driven through `RateLimiter` with a [`ManualClock`], answers exactly what
+//!   the pure model (`algorithm::batch::evaluate` over one counter per key) answers.
 //!
 //! Traffic is a start time (an arbitrary phase against epoch-aligned windows, at realistic
 //! epoch microseconds, where float precision matters) and steps of `(advance µs, cost)`.
 
-use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate::algorithm::batch::{self, evaluate, BatchCharge};
@@ -24,7 +22,6 @@ use tollgate::algorithm::sliding_window::{granule_us, Log};
 use tollgate::algorithm::token_bucket::Tat;
 use tollgate::algorithm::{charge, check_cost, fits, refresh, remaining, State};
 use tollgate::clock::ManualClock;
-use tollgate::config::{compile_sources, LoadOptions};
 use tollgate::decision::ChargeOutcome as Outcome;
 use tollgate::limit::{Algorithm, LimitParams};
 use tollgate::pb::common::rate_limit_descriptor::Entry;
@@ -32,9 +29,9 @@ use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
 use tollgate::plan::Role;
-use tollgate::service::RateLimiter;
 use tollgate::settings::Settings;
-use tollgate::store::memory::MemoryStore;
+
+use crate::support::kit::{limiter, store, StoreKind};
 
 const S: u64 = 1_000_000;
 /// An hour boundary in 2027: every window's epoch alignment starts here.
@@ -100,7 +97,7 @@ fn request(
             role: Role::Enforced,
         })
         .collect();
-    let outcomes = evaluate(&mut slots, &batch, now, false);
+    let outcomes = evaluate(&mut slots, &batch, now, Default::default(), 0).outcomes;
     let mut commits = Vec::with_capacity(charges.len());
     for (slot, &(i, _)) in slots.into_iter().zip(charges) {
         if slot.commit {
@@ -323,7 +320,7 @@ proptest! {
                 .sum();
             let (outcome, _) = counter.request(cost, now);
             prop_assert!(
-                outcome.allowed || counted + check_cost(&p, cost) > p.limit,
+                outcome.allowed || counted + check_cost(&p, cost, false) > p.limit,
                 "step {i}: cost {cost} denied at T0+{}µs though only {counted} was admitted in \
                  the last window + granule (limit {}, window {}µs, granule {granule}µs); \
                  state {:?}; admitted {admitted:?}",
@@ -357,7 +354,7 @@ proptest! {
             now += advance;
             let now_scaled = u128::from(now) * limit;
             let used_scaled = tat_scaled.saturating_sub(now_scaled);
-            let k = u128::from(check_cost(&p, cost));
+            let k = u128::from(check_cost(&p, cost, false));
             let exact_fits = used_scaled + k * window <= burst * window;
             let state = counter.live(now);
             let (outcome, _) = counter.request(cost, now);
@@ -424,11 +421,12 @@ proptest! {
         }
     }
 
-    /// Every overdraft charge lands: the fixed window counts every cost of its epoch window,
-    /// the bucket's arrival time is the exact GCRA fold of every cost. Either way the limit
-    /// answers OK exactly when something was left before the charge.
+    /// Every overdraft charge lands up to the debt cap (a full limit plus 100 × capacity): the
+    /// fixed window counts every cost of its epoch window, the bucket's arrival time is the
+    /// exact GCRA fold of every cost, each stopped at the cap. Either way the limit answers
+    /// OK exactly when something was left before the charge.
     #[test]
-    fn overdraft_charges_always_land(
+    fn overdraft_charges_land_up_to_the_debt_cap(
         (p, start, steps) in scenario(
             prop_oneof![Just(Algorithm::FixedWindow), Just(Algorithm::TokenBucket)],
             true,
@@ -436,7 +434,9 @@ proptest! {
     ) {
         let mut counter = Counter::new(p);
         let mut now = T0 + start;
-        let mut charged: Vec<(u64, u64)> = Vec::new();
+        let cap = p.usage_cap();
+        // Fixed window: (window index, count).
+        let mut window: (u64, u64) = (0, 0);
         // Token bucket, exact: tat × limit, in µs × limit.
         let mut tat_scaled: u128 = 0;
         for (i, &(advance, cost)) in steps.iter().enumerate() {
@@ -444,32 +444,40 @@ proptest! {
             let had_room = fits(&counter.live(now), &p, 1, now);
             let (outcome, committed) = counter.request(cost, now);
             prop_assert_eq!(outcome.allowed, had_room, "step {}", i);
-            prop_assert_eq!(committed, cost > 0, "step {}: charge of {} did not land", i, cost);
-            if cost > 0 {
-                charged.push((now, cost));
-                let now_scaled = u128::from(now) * u128::from(p.limit);
-                tat_scaled =
-                    tat_scaled.max(now_scaled) + u128::from(cost) * u128::from(p.window_us);
-            }
+            let now_scaled = u128::from(now) * u128::from(p.limit);
+            let added = match p.algorithm {
+                Algorithm::FixedWindow => {
+                    if window.0 != now / p.window_us {
+                        window = (now / p.window_us, 0);
+                    }
+                    let added = cost.min(cap - window.1);
+                    window.1 += added;
+                    added
+                }
+                _ => {
+                    let debt = tat_scaled.saturating_sub(now_scaled);
+                    let used = debt.div_ceil(u128::from(p.window_us));
+                    let added = u128::from(cost).min(u128::from(cap).saturating_sub(used));
+                    if added > 0 {
+                        tat_scaled = tat_scaled.max(now_scaled) + added * u128::from(p.window_us);
+                    }
+                    added as u64
+                }
+            };
+            prop_assert_eq!(committed, added > 0, "step {}: charge of {} (adds {})", i, cost, added);
             let live = counter.live(now);
             match p.algorithm {
                 Algorithm::FixedWindow => {
-                    let sum: u64 = charged
-                        .iter()
-                        .filter(|&&(t, _)| t / p.window_us == now / p.window_us)
-                        .map(|&(_, c)| c)
-                        .sum();
                     let count = match live {
                         Some(State::Window(Window { count, .. })) => count,
                         _ => 0,
                     };
-                    prop_assert_eq!(count, sum, "step {}: {:?}", i, live);
+                    prop_assert_eq!(count, window.1, "step {}: {:?}", i, live);
                 }
                 _ => {
                     // The stored `tat` is exact: `us + frac / limit`, scaled by `limit`.
-                    let now_scaled = u128::from(now) * u128::from(p.limit);
                     let stored = match live {
-                        Some(State::Tat(Tat { us, frac })) => {
+                        Some(State::Tat(Tat { us, frac, .. })) => {
                             u128::from(us) * u128::from(p.limit) + u128::from(frac)
                         }
                         _ => now_scaled,
@@ -487,10 +495,11 @@ proptest! {
         }
     }
 
-    /// A sliding window's overdraft log holds every cost of the trailing window. Clock steps
-    /// are 0 or at least a granule, so merging only joins charges made at one instant.
+    /// A sliding window's overdraft log holds every cost of the trailing window, up to the
+    /// debt cap. Clock steps are 0 or at least a granule, so merging only joins charges made
+    /// at one instant.
     #[test]
-    fn sliding_overdraft_charges_always_land(
+    fn sliding_overdraft_charges_land_up_to_the_debt_cap(
         (p, start, steps) in params(Just(Algorithm::SlidingWindow), true).prop_flat_map(|p| {
             let g = granule_us(p.window_us);
             let advance = prop_oneof![Just(0u64), g..=g + p.window_us / 4, g..=3 * p.window_us];
@@ -502,22 +511,25 @@ proptest! {
         let mut charged: Vec<(u64, u64)> = Vec::new();
         for (i, &(advance, cost)) in steps.iter().enumerate() {
             now += advance;
+            let live_sum = |charged: &[(u64, u64)]| -> u64 {
+                charged
+                    .iter()
+                    .filter(|&&(t, _)| t + p.window_us > now)
+                    .map(|&(_, c)| c)
+                    .sum()
+            };
+            let added = cost.min(p.usage_cap() - live_sum(&charged));
             let (_, committed) = counter.request(cost, now);
-            prop_assert_eq!(committed, cost > 0, "step {}: charge of {} did not land", i, cost);
-            if cost > 0 {
-                charged.push((now, cost));
+            prop_assert_eq!(committed, added > 0, "step {}: charge of {} (adds {})", i, cost, added);
+            if added > 0 {
+                charged.push((now, added));
             }
-            let sum: u64 = charged
-                .iter()
-                .filter(|&&(t, _)| t + p.window_us > now)
-                .map(|&(_, c)| c)
-                .sum();
             let live = counter.live(now);
             let total = match &live {
                 Some(State::Log(Log { total, .. })) => *total,
                 _ => 0,
             };
-            prop_assert_eq!(total, sum, "step {}: {:?}", i, live);
+            prop_assert_eq!(total, live_sum(&charged), "step {}: {:?}", i, live);
         }
     }
 }
@@ -565,7 +577,7 @@ proptest! {
                 .iter()
                 .map(|&(i, cost)| {
                     let p = &counters[i].p;
-                    fits(&counters[i].live(now), p, check_cost(p, cost), now)
+                    fits(&counters[i].live(now), p, check_cost(p, cost, false), now)
                 })
                 .collect();
             let mut after_admit: Vec<Option<State>> = Vec::new();
@@ -748,71 +760,110 @@ fn store_scenario() -> impl Strategy<Value = (Vec<LimitParams>, u64, Vec<(u64, V
     })
 }
 
+/// Drives `kind`'s store through `RateLimiter` with one step per request and compares every
+/// answer with the model's: per descriptor the code, remaining (0 when over) and
+/// `duration_until_reset` (whole seconds, rounded up), and the overall code.
+fn store_answers_what_the_model_answers(
+    kind: StoreKind,
+    ps: &[LimitParams],
+    start: u64,
+    steps: &[(u64, Vec<u64>)],
+) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let clock = ManualClock::new(T0 + start);
+    let limiter = runtime
+        .block_on(async { limiter(&yaml(ps), Settings::default(), store(kind, &clock).await) });
+    let mut counters: Vec<Counter> = ps.iter().copied().map(Counter::new).collect();
+    let mut now = T0 + start;
+    for (step, (advance, costs)) in steps.iter().enumerate() {
+        now += advance;
+        clock.set(now);
+        let req = RateLimitRequest {
+            domain: "prop".into(),
+            descriptors: costs
+                .iter()
+                .enumerate()
+                .map(|(i, &cost)| RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: format!("k{i}"),
+                        value: "v".into(),
+                    }],
+                    hits_addend: Some(cost),
+                    ..Default::default()
+                })
+                .collect(),
+            hits_addend: 0,
+        };
+        let resp = runtime
+            .block_on(limiter.should_rate_limit(&req))
+            .map_err(|e| TestCaseError::fail(format!("[{}] step {step}: {e:?}", kind.name())))?;
+        let charges: Vec<(usize, u64)> = costs.iter().copied().enumerate().collect();
+        let (outcomes, _) = request(&mut counters, &charges, now);
+        let code = |allowed: bool| if allowed { Code::Ok } else { Code::OverLimit } as i32;
+        let want: Vec<(i32, u32, Option<i64>)> = outcomes
+            .iter()
+            .map(|o| {
+                (
+                    code(o.allowed),
+                    if o.allowed { o.remaining as u32 } else { 0 },
+                    o.wait_us.map(|w| w.div_ceil(S) as i64),
+                )
+            })
+            .collect();
+        let got: Vec<(i32, u32, Option<i64>)> = resp
+            .statuses
+            .iter()
+            .map(|s| {
+                (
+                    s.code,
+                    s.limit_remaining,
+                    s.duration_until_reset.map(|d| d.seconds),
+                )
+            })
+            .collect();
+        prop_assert_eq!(
+            &got,
+            &want,
+            "[{}] step {} at T0+{}µs, costs {:?}",
+            kind.name(),
+            step,
+            now - T0,
+            costs
+        );
+        prop_assert_eq!(
+            resp.overall_code,
+            code(outcomes.iter().all(|o| o.allowed)),
+            "[{}] step {}",
+            kind.name(),
+            step
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(cases(128))]
 
-    /// Through `RateLimiter` over a `MemoryStore`: per descriptor the code, remaining and
-    /// `duration_until_reset` (whole seconds, rounded up) of the model, and the overall code.
     #[test]
     fn memory_store_answers_what_the_model_answers((ps, start, steps) in store_scenario()) {
-        let text = yaml(&ps);
-        let config = compile_sources(&[("prop.yaml".into(), text.clone())], LoadOptions::default())
-            .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
-        let clock = ManualClock::new(T0 + start);
-        let limiter = RateLimiter::new(
-            Arc::new(ArcSwap::from_pointee(config)),
-            Arc::new(MemoryStore::new(Arc::new(clock.clone()))),
-            Settings::default(),
-        );
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let mut counters: Vec<Counter> = ps.iter().copied().map(Counter::new).collect();
-        let mut now = T0 + start;
-        for (step, (advance, costs)) in steps.iter().enumerate() {
-            now += advance;
-            clock.set(now);
-            let req = RateLimitRequest {
-                domain: "prop".into(),
-                descriptors: costs
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &cost)| RateLimitDescriptor {
-                        entries: vec![Entry { key: format!("k{i}"), value: "v".into() }],
-                        hits_addend: Some(cost),
-                        ..Default::default()
-                    })
-                    .collect(),
-                hits_addend: 0,
-            };
-            let resp = runtime
-                .block_on(limiter.should_rate_limit(&req))
-                .map_err(|e| TestCaseError::fail(format!("step {step}: {e:?}")))?;
-            let charges: Vec<(usize, u64)> = costs.iter().copied().enumerate().collect();
-            let (outcomes, _) = request(&mut counters, &charges, now);
-            let code = |allowed: bool| if allowed { Code::Ok } else { Code::OverLimit } as i32;
-            let want: Vec<(i32, u32, Option<i64>)> = outcomes
-                .iter()
-                .map(|o| {
-                    (
-                        code(o.allowed),
-                        o.remaining as u32,
-                        o.wait_us.map(|w| w.div_ceil(S) as i64),
-                    )
-                })
-                .collect();
-            let got: Vec<(i32, u32, Option<i64>)> = resp
-                .statuses
-                .iter()
-                .map(|s| (s.code, s.limit_remaining, s.duration_until_reset.map(|d| d.seconds)))
-                .collect();
-            prop_assert_eq!(&got, &want, "step {} at T0+{}µs, costs {:?}", step, now - T0, costs);
-            prop_assert_eq!(
-                resp.overall_code,
-                code(outcomes.iter().all(|o| o.allowed)),
-                "step {}",
-                step
-            );
-        }
+        store_answers_what_the_model_answers(StoreKind::Memory, &ps, start, &steps)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(48))]
+
+    #[test]
+    fn redis_store_answers_what_the_model_answers((ps, start, steps) in store_scenario()) {
+        store_answers_what_the_model_answers(StoreKind::Redis, &ps, start, &steps)?;
+    }
+
+    #[test]
+    fn cluster_store_answers_what_the_model_answers((ps, start, steps) in store_scenario()) {
+        store_answers_what_the_model_answers(StoreKind::Cluster, &ps, start, &steps)?;
     }
 }

@@ -1,12 +1,13 @@
 //! Tests of the Redis test harness itself (`tests/redis_support`): that it starts real
 //! `redis-server` processes, single and clustered, drives them through outages, and cleans up.
 
-mod redis_support;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::thread;
 
-use redis_support::{RedisCluster, RedisServer};
+use support::redis::{RedisCluster, RedisServer};
 
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()

@@ -1,26 +1,15 @@
 //! One conformance table for every store: timed request sequences under a controlled clock,
 //! per algorithm, window, cost, check-only, overdraft, hierarchy, shared limits, shadow,
-//! quota and all-or-nothing across descriptors. The same table runs against the in-memory
-//! store, a single Redis node and a Redis Cluster (3 primaries + 3 replicas), each started
-//! here on free loopback ports.
+//! quota and all-or-nothing across descriptors. The same table runs against every store of
+//! the kit.
 
-mod redis_support;
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use arc_swap::ArcSwap;
 use tollgate::clock::ManualClock;
-use tollgate::config::compile_sources;
-use tollgate::config::LoadOptions;
 use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::service::RateLimiter;
 use tollgate::settings::Settings;
-use tollgate::store::memory::MemoryStore;
-use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
-use tollgate::store::Store;
+
+use crate::support::kit::{for_every_store, limiter, store, StoreKind};
 
 /// An hour boundary (so every unit's window starts here).
 const T0: u64 = 1_800_000_000_000_000;
@@ -48,11 +37,12 @@ fn ok(limit: &'static str, remaining: u32, reset_s: i64) -> Expect {
     }
 }
 
-fn over(limit: &'static str, remaining: u32, reset_s: Option<i64>) -> Expect {
+/// An OVER_LIMIT status always reports 0 left (the reporting rule).
+fn over(limit: &'static str, reset_s: Option<i64>) -> Expect {
     Expect {
         code: OVER,
         limit: Some(limit),
-        remaining,
+        remaining: 0,
         reset_s,
     }
 }
@@ -121,7 +111,7 @@ descriptors:
                     S,
                     vec![D(&[("k", "a")], None)],
                     OVER,
-                    vec![over("fw", 0, Some(43))],
+                    vec![over("fw", Some(43))],
                 ),
                 // Another value of a key-only rule has its own counter.
                 step(0, vec![D(&[("k", "b")], None)], OK, vec![ok("fw", 2, 43)]),
@@ -147,7 +137,7 @@ descriptors:
                     60 * S,
                     vec![D(&[("k", "a")], None)],
                     OVER,
-                    vec![over("w90", 0, Some(30))],
+                    vec![over("w90", Some(30))],
                 ),
                 step(
                     30 * S,
@@ -177,7 +167,7 @@ descriptors:
                     11 * S,
                     vec![D(&[("k", "a")], None)],
                     OVER,
-                    vec![over("sw", 0, Some(49))],
+                    vec![over("sw", Some(49))],
                 ),
                 step(
                     49 * S,
@@ -212,13 +202,13 @@ descriptors:
                     10 * S,
                     vec![D(&[("k", "a")], Some(7))],
                     OVER,
-                    vec![over("sw", 2, Some(50))],
+                    vec![over("sw", Some(50))],
                 ),
                 step(
                     0,
                     vec![D(&[("k", "a")], Some(4))],
                     OVER,
-                    vec![over("sw", 2, Some(40))],
+                    vec![over("sw", Some(40))],
                 ),
                 step(
                     40 * S,
@@ -247,7 +237,7 @@ descriptors:
                     0,
                     vec![D(&[("k", "a")], None)],
                     OVER,
-                    vec![over("tb", 0, Some(6))],
+                    vec![over("tb", Some(6))],
                 ),
                 step(
                     6 * S,
@@ -265,7 +255,7 @@ descriptors:
                     0,
                     vec![D(&[("k", "a")], Some(6))],
                     OVER,
-                    vec![over("tb", 0, None)],
+                    vec![over("tb", None)],
                 ),
             ],
         ),
@@ -311,9 +301,9 @@ descriptors:
                     ],
                     OVER,
                     vec![
-                        over("fw", 0, Some(59)),
-                        over("sw", 0, Some(59)),
-                        over("tb", 0, Some(29)),
+                        over("fw", Some(59)),
+                        over("sw", Some(59)),
+                        over("tb", Some(29)),
                     ],
                 ),
             ],
@@ -339,14 +329,14 @@ descriptors:
                     S,
                     vec![D(&[("tokens", "a")], Some(0))],
                     OVER,
-                    vec![over("tpm", 0, Some(59))],
+                    vec![over("tpm", Some(59))],
                 ),
                 // Usage reported after the fact still lands while over.
                 step(
                     0,
                     vec![D(&[("tokens", "a")], Some(10))],
                     OVER,
-                    vec![over("tpm", 0, Some(59))],
+                    vec![over("tpm", Some(59))],
                 ),
                 step(
                     59 * S,
@@ -365,7 +355,7 @@ descriptors:
                     0,
                     vec![D(&[("bucket", "a")], Some(0))],
                     OVER,
-                    vec![over("tb", 0, Some(31))],
+                    vec![over("tb", Some(31))],
                 ),
                 step(
                     31 * S,
@@ -404,14 +394,14 @@ descriptors:
                     0,
                     vec![D(&[("tenant", "a"), ("model", "x")], None)],
                     OVER,
-                    vec![over("tenant", 0, Some(60))],
+                    vec![over("tenant", Some(60))],
                 ),
                 // Passing through: a model the config does not name still hits the tenant limit.
                 step(
                     0,
                     vec![D(&[("tenant", "a"), ("other", "y")], None)],
                     OVER,
-                    vec![over("tenant", 0, Some(60))],
+                    vec![over("tenant", Some(60))],
                 ),
                 // The hourly model counter holds only the two admitted requests.
                 step(
@@ -455,7 +445,7 @@ descriptors:
                     0,
                     vec![D(&[("tenant", "a")], None)],
                     OVER,
-                    vec![over("tenant", 0, Some(60))],
+                    vec![over("tenant", Some(60))],
                 ),
                 step(
                     0,
@@ -467,7 +457,7 @@ descriptors:
                     0,
                     vec![D(&[("tenant", "b")], None)],
                     OVER,
-                    vec![over("global", 0, Some(60))],
+                    vec![over("global", Some(60))],
                 ),
                 // The denied request did not charge tenant b's own counter (2 left, not 1).
                 step(
@@ -522,13 +512,13 @@ descriptors:
                     0,
                     vec![D(&[("backend", "a")], None), D(&[("backend", "b")], None)],
                     OK,
-                    vec![over("quota", 0, Some(60)), ok("quota", 0, 60)],
+                    vec![over("quota", Some(60)), ok("quota", 0, 60)],
                 ),
                 step(
                     0,
                     vec![D(&[("backend", "a")], None), D(&[("backend", "b")], None)],
                     OVER,
-                    vec![over("quota", 0, Some(60)), over("quota", 0, Some(60))],
+                    vec![over("quota", Some(60)), over("quota", Some(60))],
                 ),
             ],
         ),
@@ -553,7 +543,7 @@ descriptors:
                     0,
                     vec![D(&[("big", "a")], None), D(&[("small", "a")], None)],
                     OVER,
-                    vec![ok("big", 4, 60), over("small", 0, Some(60))],
+                    vec![ok("big", 4, 60), over("small", Some(60))],
                 ),
                 step(
                     0,
@@ -586,7 +576,7 @@ descriptors:
                         0,
                         vec![D(&[("big", "a")], None), D(&[("small", "a")], None)],
                         OVER,
-                        vec![ok("big", 3, 60), over("small", 0, Some(60))],
+                        vec![ok("big", 3, 60), over("small", Some(60))],
                     ),
                     step(
                         0,
@@ -658,25 +648,17 @@ fn answer(resp: &RateLimitResponse) -> Vec<Expect> {
         .collect()
 }
 
-/// Runs every case against stores made by `make` (given the case's clock and a unique
-/// namespace, so cases never share counters).
-async fn run_table<S: Store>(backend: &str, make: impl Fn(ManualClock, String) -> S) {
-    for (n, c) in table().into_iter().enumerate() {
+/// Runs every case against a fresh store of `kind` (its own namespace, so cases never share
+/// counters).
+async fn run_table(kind: StoreKind) {
+    let backend = kind.name();
+    for c in table() {
         let clock = ManualClock::new(T0 + c.start_us);
-        let store = Arc::new(make(clock.clone(), format!("case{n}:")));
-        let config = compile_sources(
-            &[("conformance.yaml".into(), c.yaml.into())],
-            LoadOptions::default(),
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", c.name));
-        let limiter = RateLimiter::new(
-            Arc::new(ArcSwap::from_pointee(config)),
-            store,
-            Settings {
-                count_rejected: c.count_rejected,
-                ..Settings::default()
-            },
-        );
+        let settings = Settings {
+            count_rejected: c.count_rejected,
+            ..Settings::default()
+        };
+        let limiter = limiter(c.yaml, settings, store(kind, &clock).await);
         for (i, s) in c.steps.iter().enumerate() {
             clock.advance(s.after_us);
             let resp = limiter
@@ -693,58 +675,7 @@ async fn run_table<S: Store>(backend: &str, make: impl Fn(ManualClock, String) -
     }
 }
 
-#[tokio::test]
-async fn memory_store_conforms() {
-    run_table("memory", |clock, _| MemoryStore::new(Arc::new(clock))).await;
-}
-
-async fn redis_store(url: String, clock: ManualClock, prefix: String) -> RedisStore {
-    let store = RedisStore::connect(
-        RedisOptions {
-            url,
-            password: None,
-            key_prefix: prefix,
-            timeout: Duration::from_secs(2),
-            clock: ClockSource::Local(Arc::new(clock.clone())),
-            local_cache_size: 1000,
-        },
-        Arc::new(clock),
-    )
-    .expect("redis store");
-    for _ in 0..100 {
-        store.maintain().await;
-        if store.is_ready() {
-            return store;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("redis store did not become ready");
-}
-
-/// The runner is synchronous in its store factory; Redis stores connect on a helper runtime.
-fn blocking_redis_store(url: &str, clock: ManualClock, prefix: String) -> RedisStore {
-    let url = url.to_string();
-    tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(redis_store(url, clock, prefix))
-    })
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_single_node_conforms() {
-    let redis = redis_support::RedisServer::start();
-    let url = redis.url();
-    run_table("redis", |clock, prefix| {
-        blocking_redis_store(&url, clock, prefix)
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_cluster_conforms() {
-    let cluster = redis_support::RedisCluster::start(3, 1);
-    let url = cluster.seed_url();
-    run_table("cluster", |clock, prefix| {
-        blocking_redis_store(&url, clock, prefix)
-    })
-    .await;
+#[test]
+fn every_store_conforms() {
+    for_every_store(run_table);
 }

@@ -4,21 +4,21 @@
 //! request. Runs over gRPC against a real in-process server (per-tenant `rate_limits`) and
 //! through `RateLimiter` from many tasks (a `hierarchical` tenant rule; there also staged, one
 //! tenant's burst first, so the tenant limit denies and must charge nothing shared), for every
-//! algorithm, three rounds each on a fresh store. The clock is manual, so no window rolls.
-
-mod common;
+//! algorithm, on every store of the kit, rounds each on a fresh store. The clock is manual,
+//! so no window rolls.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-use common::{bounded, descriptor, request, start, OK, OVER_LIMIT, T0_US};
 use tokio::sync::Barrier;
 use tollgate::clock::ManualClock;
-use tollgate::config::{compile_sources, Config, LoadOptions};
 use tollgate::service::RateLimiter;
 use tollgate::settings::Settings;
-use tollgate::store::memory::MemoryStore;
+
+use crate::support::kit::{for_every_store, limiter, store, AnyStore, StoreKind};
+use crate::support::server::{
+    self as common, bounded, descriptor, request, start_with_store, OK, OVER_LIMIT, T0_US,
+};
 
 const TENANTS: [&str; 2] = ["acme", "globex"];
 const PER_TENANT: usize = 100;
@@ -90,12 +90,13 @@ fn check(what: &str, answers: &[(usize, i32)]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn grpc_tenants_share_a_global_limit_exactly() {
+async fn grpc_tenants_share_a_global_limit_exactly(kind: StoreKind) {
     const CONNECTIONS: usize = 8;
     let yaml = rate_limits_config();
     for round in 0..ROUNDS {
-        let server = start(&yaml, Settings::default()).await;
+        let clock = ManualClock::new(T0_US);
+        let server =
+            start_with_store(&yaml, Settings::default().into(), store(kind, &clock).await).await;
         let mut clients = Vec::with_capacity(CONNECTIONS);
         for _ in 0..CONNECTIONS {
             clients.push(server.client().await);
@@ -126,16 +127,16 @@ async fn grpc_tenants_share_a_global_limit_exactly() {
     }
 }
 
-/// A limiter over a fresh memory store, its clock stopped at [`T0_US`].
-fn fresh_limiter(config: &Arc<ArcSwap<Config>>) -> Arc<RateLimiter<MemoryStore>> {
-    let store = Arc::new(MemoryStore::new(Arc::new(ManualClock::new(T0_US))));
-    Arc::new(RateLimiter::new(config.clone(), store, Settings::default()))
+/// A limiter over a fresh store of `kind`, its clock stopped at [`T0_US`].
+async fn fresh_limiter(kind: StoreKind) -> Arc<RateLimiter<AnyStore>> {
+    let store = store(kind, &ManualClock::new(T0_US)).await;
+    Arc::new(limiter(&hierarchical_config(), Settings::default(), store))
 }
 
 /// Fires one request per entry of `tenants` (each from its own user) from its own task, all
 /// released together; returns each request's tenant and overall code.
 async fn burst(
-    limiter: &Arc<RateLimiter<MemoryStore>>,
+    limiter: &Arc<RateLimiter<AnyStore>>,
     alg: &str,
     tenants: &[usize],
 ) -> Vec<(usize, i32)> {
@@ -149,13 +150,16 @@ async fn burst(
         tasks.push(tokio::spawn(async move {
             let req = request(
                 "tenants",
-                vec![descriptor(&[(&key, TENANTS[tenant]), ("user", &user)])],
+                vec![descriptor(&[
+                    (key.as_str(), TENANTS[tenant]),
+                    ("user", user.as_str()),
+                ])],
             );
             barrier.wait().await;
             let resp = limiter
                 .should_rate_limit(&req)
                 .await
-                .expect("the memory store always answers");
+                .expect("the store answers");
             assert_eq!(resp.statuses.len(), 1, "{resp:?}");
             (tenant, resp.overall_code)
         }));
@@ -167,21 +171,14 @@ async fn burst(
     answers
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn hierarchical_tenants_share_a_global_limit_exactly_from_many_tasks() {
-    let config = compile_sources(
-        &[("tenants.yaml".into(), hierarchical_config())],
-        LoadOptions::default(),
-    )
-    .expect("config compiles");
-    let config = Arc::new(ArcSwap::from_pointee(config));
+async fn hierarchical_tenants_share_a_global_limit_exactly_from_many_tasks(kind: StoreKind) {
     for round in 0..ROUNDS {
         for alg in ALGORITHMS {
             // Both tenants race for the shared limit.
             let mixed: Vec<usize> = (0..TENANTS.len() * PER_TENANT)
                 .map(|i| i % TENANTS.len())
                 .collect();
-            let answers = burst(&fresh_limiter(&config), alg, &mixed).await;
+            let answers = burst(&fresh_limiter(kind).await, alg, &mixed).await;
             check(
                 &format!("hierarchical {alg}, mixed, round {round}"),
                 &answers,
@@ -189,7 +186,7 @@ async fn hierarchical_tenants_share_a_global_limit_exactly_from_many_tasks() {
 
             // The first tenant's burst runs into its own limit; those denials must charge
             // nothing shared, so the second tenant still gets exactly what is left (20).
-            let limiter = fresh_limiter(&config);
+            let limiter = fresh_limiter(kind).await;
             let mut answers = burst(&limiter, alg, &[0; PER_TENANT]).await;
             answers.extend(burst(&limiter, alg, &[1; PER_TENANT]).await);
             let what = format!("hierarchical {alg}, staged, round {round}");
@@ -202,4 +199,14 @@ async fn hierarchical_tenants_share_a_global_limit_exactly_from_many_tasks() {
             );
         }
     }
+}
+
+#[test]
+fn grpc_tenants_share_a_global_limit_exactly_on_every_store() {
+    for_every_store(grpc_tenants_share_a_global_limit_exactly);
+}
+
+#[test]
+fn hierarchical_tenants_share_a_global_limit_exactly_on_every_store() {
+    for_every_store(hierarchical_tenants_share_a_global_limit_exactly_from_many_tasks);
 }

@@ -3,10 +3,10 @@
 //! Tests talk to real Redis, never a mock. Each server runs in the foreground as a child of the
 //! test process, on a free loopback port, with persistence off and its own temporary directory,
 //! so tests can run in parallel threads and leave nothing behind: dropping a [`RedisServer`] or
-//! [`RedisCluster`] kills its processes and removes its directories. (A test process that is
-//! killed outright cannot run `Drop`; its servers then outlive it.)
+//! [`RedisCluster`] kills its processes and removes its directories. Servers are spawned so that
+//! they die with the test binary even when it is killed ([`super::process`]).
 //!
-//! Include it from a test crate with `mod redis_support;`. Every wait is bounded and panics with
+//! Part of the shared test support (`tests/support`). Every wait is bounded and panics with
 //! a message saying what did not happen.
 #![allow(dead_code)]
 
@@ -168,7 +168,8 @@ impl RedisServer {
             .map_err(|err| format!("cannot clone log file handle: {err}"))?;
         let port = self.port.to_string();
         let dir = self.dir.to_string_lossy().into_owned();
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--dir", &dir, "--daemonize", "no"])
             .args(["--logfile", ""])
@@ -176,8 +177,8 @@ impl RedisServer {
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log_err)
-            .spawn()
+            .stderr(log_err);
+        let child = super::process::spawn(command)
             .map_err(|err| format!("cannot spawn redis-server: {err}"))?;
         let pid = child.id();
         self.child = Some(child);
@@ -231,6 +232,40 @@ impl Drop for RedisServer {
                 reserved.remove(port);
             }
         }
+    }
+}
+
+/// Processes and directories of servers kept for the whole test binary, removed at exit.
+static KEPT: Mutex<Vec<(Option<u32>, PathBuf)>> = Mutex::new(Vec::new());
+
+extern "C" fn remove_kept() {
+    let kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    for (pid, dir) in kept.iter() {
+        if let Some(pid) = pid {
+            // SAFETY: kill(2) on a pid this process started.
+            unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+        }
+        let _ = fs::remove_dir_all(dir);
+    }
+}
+
+/// Registers servers to stop at exit (statics are never dropped).
+fn keep(servers: &[RedisServer]) {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(remove_kept) };
+    });
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    kept.extend(servers.iter().map(|s| (s.pid(), s.dir.clone())));
+}
+
+impl RedisServer {
+    /// Keeps this server for the rest of the test binary (shared fixtures); it is stopped and
+    /// its directory removed when the binary exits.
+    pub fn keep_until_exit(self) -> &'static RedisServer {
+        keep(std::slice::from_ref(&self));
+        Box::leak(Box::new(self))
     }
 }
 
@@ -288,6 +323,13 @@ impl RedisCluster {
         }
         cluster.wait_ready();
         cluster
+    }
+
+    /// Keeps this cluster for the rest of the test binary (shared fixtures); it is stopped and
+    /// its directories removed when the binary exits.
+    pub fn keep_until_exit(self) -> &'static RedisCluster {
+        keep(&self.nodes);
+        Box::leak(Box::new(self))
     }
 
     /// Every node as a seed, in the form `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,...`.

@@ -2,21 +2,19 @@
 //! on real sockets, driven by the real tonic rate limit client, the gRPC health client and
 //! HTTP; and the `tollgate` binary itself (`check-config`, `serve`, `query`, SIGTERM).
 
-mod common;
-
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::support::server::*;
 use tokio::process::Command;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tollgate::clock::ManualClock;
 use tollgate::pb::rls::rate_limit_response::rate_limit::Unit;
 use tollgate::pb::rls::RateLimitResponse;
-use tollgate::plan::Charge;
+use tollgate::plan::Plan;
 use tollgate::server::HEALTH_SERVICES;
 use tollgate::settings::{FailureMode, HeaderNames, Settings};
 use tollgate::store::memory::MemoryStore;
@@ -135,7 +133,7 @@ struct GatedStore {
 impl Store for GatedStore {
     async fn apply(
         &self,
-        charges: &[Charge<'_>],
+        plan: &Plan<'_>,
         mode: ApplyMode,
     ) -> Result<Vec<ChargeOutcome>, StoreError> {
         self.entered.notify_one();
@@ -144,7 +142,7 @@ impl Store for GatedStore {
             .acquire()
             .await
             .map_err(|e| StoreError(e.to_string()))?;
-        self.inner.apply(charges, mode).await
+        self.inner.apply(plan, mode).await
     }
 }
 
@@ -320,6 +318,7 @@ async fn bad_requests_are_invalid_argument_and_charge_nothing() {
             max_descriptors: 2,
             max_entries: 16,
             max_value_len: 16,
+            ..Bounds::default()
         },
         ..Settings::default()
     };
@@ -560,11 +559,7 @@ async fn global_shadow_mode_reports_over_limit_but_answers_ok() {
 struct DownStore;
 
 impl Store for DownStore {
-    async fn apply(
-        &self,
-        _: &[Charge<'_>],
-        _: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, _: &Plan<'_>, _: ApplyMode) -> Result<Vec<ChargeOutcome>, StoreError> {
         Err(StoreError("connection refused".into()))
     }
 }

@@ -1,0 +1,147 @@
+//! The local over-limit cache: limits known to be exhausted until a time, so a Redis store
+//! can deny without a round trip until then (the deny path of a hot, exhausted key).
+//!
+//! Entries are keyed by the counter key and checked against the limit's parameters, so a
+//! changed limit or a request override never reads a stale entry. A cached denial is re-checked
+//! with the store at least every [`RECHECK_US`]: it can rest on another request's charge that a
+//! refund is about to undo, and must not outlive it by a whole window. Bounded: when full,
+//! expired entries are dropped, and if none are, the new entry is not kept.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use super::placement::{Placed, Spec};
+use crate::algorithm::check_cost;
+use crate::decision::ChargeOutcome;
+use crate::limit::{Algorithm, LimitParams};
+use crate::plan::Role;
+
+/// Longest time a cached denial is trusted without asking the store again.
+pub const RECHECK_US: u64 = 1_000_000;
+
+pub struct LocalCache {
+    capacity: usize,
+    /// key → (parameters, re-check with the store after, exhausted until).
+    entries: Mutex<HashMap<String, (LimitParams, u64, u64)>>,
+}
+
+/// What the cache knows about a request.
+#[derive(Debug, PartialEq)]
+pub enum Lookup {
+    /// Nothing.
+    Miss,
+    /// Every charge is an enforced limit known exhausted: the request is denied, and these
+    /// are its outcomes.
+    AllExhausted(Vec<ChargeOutcome>),
+    /// Some enforced limit is known exhausted: the request is very likely denied, so it is
+    /// worth evaluating without charging first.
+    SomeExhausted,
+}
+
+/// Only enforced, non-overdraft limits may deny from the cache.
+fn cacheable(s: &Spec) -> bool {
+    s.role == Role::Enforced && !s.params.overdraft
+}
+
+/// What a retry of the request needs on `spec`'s counter: its charges there, all unlanded.
+fn need(placed: &Placed, spec: &Spec) -> u64 {
+    let on_key = placed.specs.iter().filter(|s| s.key == spec.key);
+    on_key
+        .map(|s| s.cost)
+        .sum::<u64>()
+        .max(check_cost(&spec.params, spec.cost, false))
+}
+
+/// A cached "exhausted until T" is "one unit fits at T"; it answers for a cost of more than
+/// one only on a fixed window, where everything fits again when the window ends.
+fn answers_for(spec: &Spec, need: u64) -> bool {
+    spec.params.algorithm == Algorithm::FixedWindow || need == 1
+}
+
+impl LocalCache {
+    pub fn new(capacity: usize) -> LocalCache {
+        LocalCache {
+            capacity,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// What the cache knows about `placed` at `now`.
+    pub fn lookup(&self, placed: &Placed, now: u64) -> Lookup {
+        if !self.enabled() {
+            return Lookup::Miss;
+        }
+        let mut outcomes = Vec::with_capacity(placed.specs.len());
+        let mut all = true;
+        let mut any = false;
+        for spec in &placed.specs {
+            let need = need(placed, spec);
+            let until = (cacheable(spec) && answers_for(spec, need))
+                .then(|| self.exhausted_until(&spec.key, &spec.params, now))
+                .flatten();
+            match until {
+                Some(t) => {
+                    any = true;
+                    outcomes.push(ChargeOutcome {
+                        allowed: false,
+                        remaining: 0,
+                        wait_us: (need <= spec.params.capacity()).then_some(t - now),
+                    });
+                }
+                None => all = false,
+            }
+        }
+        match (any, all) {
+            (true, true) => Lookup::AllExhausted(outcomes),
+            (true, false) => Lookup::SomeExhausted,
+            (false, _) => Lookup::Miss,
+        }
+    }
+
+    /// Remembers the limits a store answer showed exhausted: nothing left, and the wait is
+    /// when one unit fits.
+    pub fn remember(&self, placed: &Placed, outcomes: &[ChargeOutcome], now: u64) {
+        if !self.enabled() {
+            return;
+        }
+        for (spec, o) in placed.specs.iter().zip(outcomes) {
+            let exhausted = !o.allowed && o.remaining == 0 && cacheable(spec);
+            if exhausted && answers_for(spec, need(placed, spec)) {
+                if let Some(w) = o.wait_us.filter(|&w| w > 0) {
+                    self.insert(&spec.key, &spec.params, now, now + RECHECK_US, now + w);
+                }
+            }
+        }
+    }
+
+    /// `Some(until)` when `key` with these parameters is known exhausted until then, and the
+    /// entry is not yet due for a re-check.
+    fn exhausted_until(&self, key: &str, params: &LimitParams, now: u64) -> Option<u64> {
+        let entries = self.entries.lock();
+        match entries.get(key) {
+            Some((p, recheck, until)) if p == params && *recheck > now => Some(*until),
+            _ => None,
+        }
+    }
+
+    /// Remembers `key` exhausted until `until`, trusted without the store until `recheck`.
+    fn insert(&self, key: &str, params: &LimitParams, now: u64, recheck: u64, until: u64) {
+        let mut entries = self.entries.lock();
+        if entries.len() >= self.capacity && !entries.contains_key(key) {
+            entries.retain(|_, (_, r, _)| *r > now);
+            if entries.len() >= self.capacity {
+                return;
+            }
+        }
+        entries.insert(key.to_string(), (*params, recheck.min(until), until));
+    }
+
+    pub fn sweep(&self, now: u64) {
+        self.entries.lock().retain(|_, (_, r, _)| *r > now);
+    }
+}

@@ -1,0 +1,20 @@
+//! Behaviour suites: what tollgate answers and charges, on every store. Each suite runs over
+//! the memory store, a single Redis node and a Redis Cluster through the kit
+//! (`support::kit`), and a failing case names its store.
+//!
+//! - `conformance`: a timed table per algorithm, window, cost, hierarchy, quota, shadow;
+//! - `matching`: envoyproxy/ratelimit's descriptor matching and config semantics;
+//! - `hierarchy`: tenant and shared limits under concurrency;
+//! - `model`: the algorithms' invariants (proptest) and the stores against the model;
+//! - `differential`: random configs and requests on memory and Redis, identical answers;
+//! - `holes`: regressions for every exactness hole found from outside;
+//! - `concurrency`: two tollgate instances on one Redis Cluster stay exact.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod concurrency;
+mod conformance;
+mod hierarchy;
+mod matching;
+mod model;

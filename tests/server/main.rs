@@ -1,0 +1,8 @@
+//! The server from outside: real gRPC and HTTP over sockets, the binary's CLI, config files
+//! and their errors, reload, shutdown.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod config_validation;
+mod grpc;

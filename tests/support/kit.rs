@@ -1,0 +1,248 @@
+//! The behaviour kit: one way to get a store under test — the memory store, a single Redis
+//! node, a Redis Cluster (real `redis-server` processes) — so every behaviour suite runs over
+//! all three, and a failing case names its store.
+//!
+//! Redis fixtures are started once per test binary, on first use, and shared: every store gets
+//! a key prefix of its own, so tests never share counters. Time is a [`ManualClock`] the test
+//! drives; Redis stores take "now" from it too (`ClockSource::Local`), so every store sees the
+//! same time.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use tollgate::clock::{Clock, ManualClock};
+use tollgate::config::{compile_sources, LoadOptions};
+use tollgate::plan::Plan;
+use tollgate::service::RateLimiter;
+use tollgate::settings::Settings;
+use tollgate::store::memory::MemoryStore;
+use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
+use tollgate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
+
+use super::redis::{RedisCluster, RedisServer};
+
+/// Where counters live in a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Memory,
+    Redis,
+    Cluster,
+}
+
+impl StoreKind {
+    pub const ALL: [StoreKind; 3] = [StoreKind::Memory, StoreKind::Redis, StoreKind::Cluster];
+
+    /// How failures name the store.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Redis => "redis",
+            StoreKind::Cluster => "cluster",
+        }
+    }
+}
+
+/// Any store behind one type (`Store` returns `impl Future`, so it is not object-safe).
+pub enum AnyStore {
+    Memory(MemoryStore),
+    Redis(RedisStore),
+}
+
+impl Store for AnyStore {
+    async fn apply(
+        &self,
+        plan: &Plan<'_>,
+        mode: ApplyMode,
+    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.apply(plan, mode).await,
+            AnyStore::Redis(s) => s.apply(plan, mode).await,
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        match self {
+            AnyStore::Memory(s) => s.is_ready(),
+            AnyStore::Redis(s) => s.is_ready(),
+        }
+    }
+
+    async fn maintain(&self) {
+        match self {
+            AnyStore::Memory(s) => s.maintain().await,
+            AnyStore::Redis(s) => s.maintain().await,
+        }
+    }
+}
+
+/// Runs blocking harness work (redis-cli, process start) without stalling the runtime.
+/// Needs a multi-threaded runtime.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// The single Redis node every test of this binary shares.
+pub fn redis_single() -> &'static RedisServer {
+    static SINGLE: OnceLock<&'static RedisServer> = OnceLock::new();
+    SINGLE.get_or_init(|| RedisServer::start().keep_until_exit())
+}
+
+/// The Redis Cluster (3 primaries, no replicas) every test of this binary shares.
+pub fn redis_cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<&'static RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| RedisCluster::start(3, 0).keep_until_exit())
+}
+
+/// A key prefix no other store of this process uses.
+pub fn unique_prefix() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() % 1_000_000_007);
+    format!(
+        "t{}-{nanos}-{}:",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// How a Redis store under test is set up.
+#[derive(Clone)]
+pub struct RedisSetup {
+    pub url: String,
+    pub key_prefix: String,
+    pub timeout: Duration,
+    pub clock: ClockSource,
+    /// The instance clock (local over-limit cache).
+    pub wall: Arc<dyn Clock>,
+    pub local_cache_size: usize,
+}
+
+impl RedisSetup {
+    /// A store on `url` with its own prefix, deciding at `clock`'s time.
+    pub fn new(url: String, clock: &ManualClock) -> RedisSetup {
+        RedisSetup {
+            url,
+            key_prefix: unique_prefix(),
+            timeout: Duration::from_secs(2),
+            clock: ClockSource::Local(Arc::new(clock.clone())),
+            wall: Arc::new(clock.clone()),
+            local_cache_size: 1000,
+        }
+    }
+
+    /// The one RedisStore builder of the tests.
+    pub fn connect(self) -> RedisStore {
+        RedisStore::connect(
+            RedisOptions {
+                url: self.url,
+                password: None,
+                key_prefix: self.key_prefix,
+                timeout: self.timeout,
+                clock: self.clock,
+                local_cache_size: self.local_cache_size,
+            },
+            self.wall,
+        )
+        .expect("redis store")
+    }
+}
+
+/// Runs upkeep until `store` is ready (bounded).
+pub async fn wait_ready<S: Store>(store: &S) {
+    for _ in 0..200 {
+        store.maintain().await;
+        if store.is_ready() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("store did not become ready within 5 s");
+}
+
+/// The URL of `kind`'s shared Redis (none for memory).
+pub fn redis_url(kind: StoreKind) -> Option<String> {
+    match kind {
+        StoreKind::Memory => None,
+        StoreKind::Redis => Some(blocking(|| redis_single().url())),
+        StoreKind::Cluster => Some(blocking(|| redis_cluster().seed_url())),
+    }
+}
+
+/// A ready store of `kind` on `clock`, with `adjust` applied to a Redis store's setup.
+pub async fn store_with(
+    kind: StoreKind,
+    clock: &ManualClock,
+    adjust: impl FnOnce(&mut RedisSetup),
+) -> Arc<AnyStore> {
+    let store = match redis_url(kind) {
+        None => AnyStore::Memory(MemoryStore::new(Arc::new(clock.clone()))),
+        Some(url) => {
+            let mut setup = RedisSetup::new(url, clock);
+            adjust(&mut setup);
+            AnyStore::Redis(setup.connect())
+        }
+    };
+    wait_ready(&store).await;
+    Arc::new(store)
+}
+
+/// A ready store of `kind` on `clock`.
+pub async fn store(kind: StoreKind, clock: &ManualClock) -> Arc<AnyStore> {
+    store_with(kind, clock, |_| {}).await
+}
+
+/// A limiter over `store` with `yaml` as its config.
+pub fn limiter<S: Store>(yaml: &str, settings: Settings, store: Arc<S>) -> RateLimiter<S> {
+    let config = compile_sources(&[("test.yaml".into(), yaml.into())], LoadOptions::default())
+        .unwrap_or_else(|e| panic!("test config does not compile: {e}\n{yaml}"));
+    RateLimiter::new(Arc::new(ArcSwap::from_pointee(config)), store, settings)
+}
+
+/// Runs `suite` once per store kind, each on a thread of its own (Redis fixtures start
+/// blocking), and reports every kind that failed with its panic message.
+pub fn for_every_store<F, Fut>(suite: F)
+where
+    F: Fn(StoreKind) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = ()>,
+{
+    let mut failures = Vec::new();
+    for kind in StoreKind::ALL {
+        let suite = suite.clone();
+        let run = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(suite(kind))
+        });
+        if let Err(panic) = run.join() {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            failures.push(format!("[{}] {msg}", kind.name()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Fixed windows are epoch-aligned; on real time, waits for the next `window` if fewer than
+/// `need` remain in this one, so a burst never straddles a boundary (which would legitimately
+/// admit twice).
+pub async fn avoid_window_edge(window: Duration, need: Duration) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970");
+    let into = Duration::from_micros((now.as_micros() % window.as_micros()) as u64);
+    let left = window - into;
+    if left < need {
+        tokio::time::sleep(left + Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,9 @@
+//! Test support shared by every integration test binary: real servers and clients
+//! ([`server`]), real Redis processes ([`redis`]), the behaviour kit that runs one suite over
+//! every store ([`kit`]), and children that die with the test binary ([`process`]).
+#![allow(dead_code)]
+
+pub mod kit;
+pub mod process;
+pub mod redis;
+pub mod server;
