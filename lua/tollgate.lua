@@ -38,6 +38,9 @@ local n = tonumber(ARGV[4])
 
 local DEBT_CAP_FACTOR = 100
 local HISTORY = 8
+-- Keys outlive their state by this much, so a key never disappears while a clock a little
+-- behind (another instance's, with --clock local) still counts its state live.
+local TTL_SLACK_MS = 1000
 
 local charges = {}
 for i = 1, n do
@@ -272,18 +275,18 @@ local function charge(s, c)
   local at = now
   local last = #s.ts
   if last > 0 then at = math.max(now, s.ts[last]) end
+  local granule = math.floor(at / g)
   if added > 0 then
     s.total = s.total + added
-    if last > 0 and math.floor(at / g) == math.floor(s.ts[last] / g) then
-      s.ts[last] = at
+    if last > 0 and math.floor(s.ts[last] / g) == granule then
       s.cs[last] = s.cs[last] + added
     else
-      s.ts[last + 1] = at
+      s.ts[last + 1] = granule * g + g - 1
       s.cs[last + 1] = added
     end
   end
   if #s.ts == 0 then s = nil end
-  return s, added, math.floor(at / g), 0
+  return s, added, granule, 0
 end
 
 -- Takes back `amount` units a charge added where marks say (algorithm::refund).
@@ -429,7 +432,7 @@ if refunding then
       if s == nil then
         redis.call('DEL', KEYS[c.key])
       else
-        local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 1)
+        local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
         redis.call('SET', KEYS[c.key], encode(s, c), 'PX', ttl_ms)
       end
     end
@@ -460,7 +463,7 @@ else
       if s == nil then
         redis.call('DEL', KEYS[key])
       else
-        local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 1)
+        local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
         redis.call('SET', KEYS[key], encode(s, c), 'PX', ttl_ms)
       end
     else

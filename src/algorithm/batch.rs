@@ -67,17 +67,17 @@ pub struct BatchMode {
     pub dry_run: bool,
 }
 
-/// The batch's answer: per charge, its outcome and what it left in its counter.
+/// What a batch decided: the verdict, and per charge whether its limit had room and what it
+/// left in its counter (`added` 0 for a charge that did not land).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluated {
     pub verdict: Verdict,
-    pub outcomes: Vec<ChargeOutcome>,
-    /// `added` is 0 for a charge that did not land.
+    pub allowed: Vec<bool>,
     pub landings: Vec<Landing>,
 }
 
-/// Decides a request all-or-nothing over `counters`, marking the ones to write back.
-/// `quota_descriptors` counts the whole request's quota descriptors.
+/// Decides a request (or one placement group of it) all-or-nothing over `counters`, marking
+/// the ones to write back. `quota_descriptors` counts the whole request's quota descriptors.
 pub fn evaluate(
     counters: &mut [Counter],
     charges: &[BatchCharge],
@@ -115,21 +115,38 @@ pub fn evaluate(
             *landing = Landing::default();
         }
     }
-    // Per counter, the cost of this request's charges that did not land: what a retry of the
-    // request needs to fit there (overdraft charges land whenever anything is left).
-    let mut need = vec![0u64; counters.len()];
-    for (c, landing) in charges.iter().zip(&landings) {
+    Evaluated {
+        verdict,
+        allowed,
+        landings,
+    }
+}
+
+/// What each charge reports, from the state each counter is left in (`states`, by counter
+/// index): an allowed charge, the remaining and the time until its limit is whole; a denied
+/// one, the time until the request's unlanded cost on that counter fits (its own check cost
+/// if it landed or is an overdraft).
+pub fn report(
+    states: &[&Option<State>],
+    charges: &[BatchCharge],
+    allowed: &[bool],
+    landings: &[Landing],
+    now: u64,
+    count_rejected: bool,
+) -> Vec<ChargeOutcome> {
+    let mut need = vec![0u64; states.len()];
+    for (c, landing) in charges.iter().zip(landings) {
         if landing.added == 0 && !c.params.overdraft {
             need[c.counter] = need[c.counter].saturating_add(c.cost);
         }
     }
-    let outcomes = charges
+    charges
         .iter()
-        .zip(&allowed)
-        .zip(&landings)
+        .zip(allowed)
+        .zip(landings)
         .map(|((c, &ok), landing)| {
-            let state = counters[c.counter].final_state();
-            let k = check_cost(&c.params, c.cost, mode.count_rejected);
+            let state = states[c.counter];
+            let k = check_cost(&c.params, c.cost, count_rejected);
             let wait_us = if ok {
                 Some(reset_after(state, &c.params, now))
             } else if landing.added > 0 || c.params.overdraft {
@@ -143,12 +160,28 @@ pub fn evaluate(
                 wait_us,
             }
         })
-        .collect();
-    Evaluated {
-        verdict,
-        outcomes,
-        landings,
-    }
+        .collect()
+}
+
+/// [`evaluate`], then [`report`] from the states the counters are left in.
+pub fn evaluate_and_report(
+    counters: &mut [Counter],
+    charges: &[BatchCharge],
+    now: u64,
+    mode: BatchMode,
+    quota_descriptors: usize,
+) -> (Evaluated, Vec<ChargeOutcome>) {
+    let evaluated = evaluate(counters, charges, now, mode, quota_descriptors);
+    let states: Vec<&Option<State>> = counters.iter().map(Counter::final_state).collect();
+    let outcomes = report(
+        &states,
+        charges,
+        &evaluated.allowed,
+        &evaluated.landings,
+        now,
+        mode.count_rejected,
+    );
+    (evaluated, outcomes)
 }
 
 #[cfg(test)]
@@ -178,7 +211,7 @@ pub(crate) mod tests {
             cost,
             role: Role::Enforced,
         }];
-        let out = evaluate(&mut counters, &charges, now, BatchMode::default(), 0).outcomes;
+        let out = evaluate_and_report(&mut counters, &charges, now, BatchMode::default(), 0).1;
         let counter = counters.remove(0);
         *state = if counter.commit {
             counter.after
@@ -211,7 +244,7 @@ pub(crate) mod tests {
                 role: Role::Enforced,
             })
             .collect();
-        let out = evaluate(&mut counters, &charges, now, BatchMode::default(), 0).outcomes;
+        let out = evaluate_and_report(&mut counters, &charges, now, BatchMode::default(), 0).1;
         assert!(out[0].allowed && !out[1].allowed);
         assert!(!counters[0].commit && !counters[1].commit);
         assert_eq!(out[0].remaining, 1);
@@ -221,7 +254,7 @@ pub(crate) mod tests {
             count_rejected: true,
             dry_run: false,
         };
-        let out = evaluate(&mut counters, &charges, now, mode, 0).outcomes;
+        let out = evaluate_and_report(&mut counters, &charges, now, mode, 0).1;
         assert!(out[0].allowed && !out[1].allowed);
         assert!(counters[0].commit && counters[1].commit);
     }

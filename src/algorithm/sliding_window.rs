@@ -1,14 +1,15 @@
 //! Sliding window: a log of `(time, cost)` charges within the trailing window.
 //!
 //! Charges in one granule (`window / 1000`, at least 1 ms, epoch-aligned) share an entry
-//! stamped with the latest. Merging moves usage *later*, by less than a granule, so the count
-//! can only overstate what the trailing window holds: it never over-admits, and forgets a
-//! charge at most one granule after its window.
+//! stamped with the granule's last microsecond. That moves usage *later*, by less than a
+//! granule, so the count can only overstate what the trailing window holds: it never
+//! over-admits, and forgets a charge at most one granule after its window. A stamp never
+//! moves, so taking a charge back restores the log exactly; a charge's refund mark is its
+//! entry's granule index.
 //!
-//! A charge is stamped `max(now, newest entry)`, so a clock that steps back never puts an
-//! entry before a newer one, and the log's newest entry always bounds its lifetime. A charge's
-//! refund mark is its entry's granule index, so a refund removes exactly its own charge even
-//! when later charges merged into the same entry.
+//! A charge goes into the granule of `max(now, newest stamp)`, so a clock that steps back
+//! never puts an entry before a newer one, and the newest entry always bounds the log's
+//! lifetime.
 
 use std::collections::VecDeque;
 
@@ -52,18 +53,16 @@ pub fn charge(log: Option<Log>, p: &LimitParams, cost: u64, now: u64) -> (Option
     let added = cost.min(p.usage_cap().saturating_sub(log.total));
     let g = granule_us(p.window_us);
     let at = log.entries.back().map_or(now, |&(t, _)| t.max(now));
+    let granule = at / g;
     if added > 0 {
         log.total += added;
         match log.entries.back_mut() {
-            Some(last) if at / g == last.0 / g => {
-                last.0 = at;
-                last.1 += added;
-            }
-            _ => log.entries.push_back((at, added)),
+            Some(last) if last.0 / g == granule => last.1 += added,
+            _ => log.entries.push_back((granule * g + g - 1, added)),
         }
     }
     let log = (!log.entries.is_empty()).then_some(log);
-    (log, added, at / g)
+    (log, added, granule)
 }
 
 /// Removes `amount` from the entry of granule `mark`; `None` when nothing is left.

@@ -2,6 +2,8 @@
 //! [`crate::algorithm::batch`]) and answers a [`ChargeOutcome`] per charge.
 
 pub mod memory;
+pub mod placement;
+pub mod protocol;
 pub mod redis;
 
 use std::future::Future;

@@ -149,6 +149,8 @@ descriptors:
         ),
         case(
             "sliding window has no boundary burst and waits for usage to age out",
+            // A charge is stamped with the last microsecond of its epoch-aligned granule
+            // (window / 1000, here 60 ms: 49.98–50.04 s), so it lives until 50.039999 s + 60 s.
             r#"
 domain: c
 descriptors:
@@ -160,21 +162,24 @@ descriptors:
                     50 * S,
                     vec![D(&[("k", "a")], Some(10))],
                     OK,
-                    vec![ok("sw", 0, 60)],
+                    vec![ok("sw", 0, 61)],
                 ),
                 // A fixed window would have reset at 60 s.
                 step(
                     11 * S,
                     vec![D(&[("k", "a")], None)],
                     OVER,
-                    vec![over("sw", Some(49))],
+                    vec![over("sw", Some(50))],
                 ),
+                // 110.039998 s: the charge is still in the window...
                 step(
-                    49 * S,
+                    49 * S + 39_998,
                     vec![D(&[("k", "a")], None)],
-                    OK,
-                    vec![ok("sw", 9, 60)],
+                    OVER,
+                    vec![over("sw", Some(1))],
                 ),
+                // ...and gone a microsecond later.
+                step(1, vec![D(&[("k", "a")], None)], OK, vec![ok("sw", 9, 60)]),
             ],
         ),
         case(
@@ -190,31 +195,34 @@ descriptors:
                     0,
                     vec![D(&[("k", "a")], Some(4))],
                     OK,
-                    vec![ok("sw", 6, 60)],
+                    vec![ok("sw", 6, 61)],
                 ),
                 step(
                     10 * S,
                     vec![D(&[("k", "a")], Some(4))],
                     OK,
-                    vec![ok("sw", 2, 60)],
+                    vec![ok("sw", 2, 61)],
                 ),
+                // Needs 5 more: the first charge (4, stamped 0.059999 s) and the second (4,
+                // stamped 10.019999 s) must leave, at 70.019999 s.
                 step(
                     10 * S,
                     vec![D(&[("k", "a")], Some(7))],
                     OVER,
-                    vec![over("sw", Some(50))],
+                    vec![over("sw", Some(51))],
                 ),
+                // Needs 2 more: the first charge must leave, at 60.059999 s.
                 step(
                     0,
                     vec![D(&[("k", "a")], Some(4))],
                     OVER,
-                    vec![over("sw", Some(40))],
+                    vec![over("sw", Some(41))],
                 ),
                 step(
-                    40 * S,
+                    40 * S + 60_000,
                     vec![D(&[("k", "a")], Some(4))],
                     OK,
-                    vec![ok("sw", 2, 60)],
+                    vec![ok("sw", 2, 61)],
                 ),
             ],
         ),
@@ -290,7 +298,7 @@ descriptors:
                         D(&[("t", "a")], Some(2)),
                     ],
                     OK,
-                    vec![ok("fw", 0, 60), ok("sw", 0, 60), ok("tb", 0, 60)],
+                    vec![ok("fw", 0, 60), ok("sw", 0, 61), ok("tb", 0, 60)],
                 ),
                 step(
                     S,
@@ -302,7 +310,7 @@ descriptors:
                     OVER,
                     vec![
                         over("fw", Some(59)),
-                        over("sw", Some(59)),
+                        over("sw", Some(60)),
                         over("tb", Some(29)),
                     ],
                 ),

@@ -15,6 +15,7 @@ mod support;
 
 mod concurrency;
 mod conformance;
+mod differential;
 mod hierarchy;
 mod matching;
 mod model;

@@ -16,7 +16,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use tollgate::algorithm::batch::{self, evaluate, BatchCharge};
+use tollgate::algorithm::batch::{self, evaluate_and_report, BatchCharge};
 use tollgate::algorithm::fixed_window::Window;
 use tollgate::algorithm::sliding_window::{granule_us, Log};
 use tollgate::algorithm::token_bucket::Tat;
@@ -97,7 +97,7 @@ fn request(
             role: Role::Enforced,
         })
         .collect();
-    let outcomes = evaluate(&mut slots, &batch, now, Default::default(), 0).outcomes;
+    let outcomes = evaluate_and_report(&mut slots, &batch, now, Default::default(), 0).1;
     let mut commits = Vec::with_capacity(charges.len());
     for (slot, &(i, _)) in slots.into_iter().zip(charges) {
         if slot.commit {
@@ -495,9 +495,8 @@ proptest! {
         }
     }
 
-    /// A sliding window's overdraft log holds every cost of the trailing window, up to the
-    /// debt cap. Clock steps are 0 or at least a granule, so merging only joins charges made
-    /// at one instant.
+    /// A sliding window's overdraft log holds every cost of the trailing window (each charge
+    /// stamped with its granule's last microsecond), up to the debt cap.
     #[test]
     fn sliding_overdraft_charges_land_up_to_the_debt_cap(
         (p, start, steps) in params(Just(Algorithm::SlidingWindow), true).prop_flat_map(|p| {
@@ -511,10 +510,12 @@ proptest! {
         let mut charged: Vec<(u64, u64)> = Vec::new();
         for (i, &(advance, cost)) in steps.iter().enumerate() {
             now += advance;
+            // A charge lives until its granule's last microsecond plus the window.
+            let g = granule_us(p.window_us);
             let live_sum = |charged: &[(u64, u64)]| -> u64 {
                 charged
                     .iter()
-                    .filter(|&&(t, _)| t + p.window_us > now)
+                    .filter(|&&(t, _)| t / g * g + g - 1 + p.window_us > now)
                     .map(|&(_, c)| c)
                     .sum()
             };

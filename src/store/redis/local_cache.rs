@@ -11,11 +11,11 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
-use super::placement::{Placed, Spec};
 use crate::algorithm::check_cost;
 use crate::decision::ChargeOutcome;
 use crate::limit::{Algorithm, LimitParams};
 use crate::plan::Role;
+use crate::store::placement::{Placed, Spec};
 
 /// Longest time a cached denial is trusted without asking the store again.
 pub const RECHECK_US: u64 = 1_000_000;
@@ -40,12 +40,12 @@ pub enum Lookup {
 }
 
 /// Only enforced, non-overdraft limits may deny from the cache.
-fn cacheable(s: &Spec) -> bool {
+fn cacheable(s: &Spec<'_>) -> bool {
     s.role == Role::Enforced && !s.params.overdraft
 }
 
 /// What a retry of the request needs on `spec`'s counter: its charges there, all unlanded.
-fn need(placed: &Placed, spec: &Spec) -> u64 {
+fn need(placed: &Placed<'_>, spec: &Spec<'_>) -> u64 {
     let on_key = placed.specs.iter().filter(|s| s.key == spec.key);
     on_key
         .map(|s| s.cost)
@@ -55,7 +55,7 @@ fn need(placed: &Placed, spec: &Spec) -> u64 {
 
 /// A cached "exhausted until T" is "one unit fits at T"; it answers for a cost of more than
 /// one only on a fixed window, where everything fits again when the window ends.
-fn answers_for(spec: &Spec, need: u64) -> bool {
+fn answers_for(spec: &Spec<'_>, need: u64) -> bool {
     spec.params.algorithm == Algorithm::FixedWindow || need == 1
 }
 
@@ -72,7 +72,7 @@ impl LocalCache {
     }
 
     /// What the cache knows about `placed` at `now`.
-    pub fn lookup(&self, placed: &Placed, now: u64) -> Lookup {
+    pub fn lookup(&self, placed: &Placed<'_>, now: u64) -> Lookup {
         if !self.enabled() {
             return Lookup::Miss;
         }
@@ -105,7 +105,7 @@ impl LocalCache {
 
     /// Remembers the limits a store answer showed exhausted: nothing left, and the wait is
     /// when one unit fits.
-    pub fn remember(&self, placed: &Placed, outcomes: &[ChargeOutcome], now: u64) {
+    pub fn remember(&self, placed: &Placed<'_>, outcomes: &[ChargeOutcome], now: u64) {
         if !self.enabled() {
             return;
         }

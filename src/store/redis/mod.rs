@@ -1,12 +1,11 @@
 //! The Redis store: single node, Sentinel or Redis Cluster, through `fred`.
 //!
-//! A request's charges are split into [`placement`] groups by hash tag: every key of a group
-//! lives in one slot, so one `EVALSHA` of `lua/tollgate.lua` decides and charges the group
-//! atomically ([`script`]). Descriptor groups run concurrently (one round trip for all of
-//! them), then shared limits in a fixed order (one round trip each); once the request is sure
-//! to be denied, the rest only evaluate (dry run) and charge nothing. When the request is
-//! denied after a group charged, the same script takes back exactly that group's charges and
-//! answers as things stand. That can briefly under-admit, never over-admit.
+//! A request follows the decision [`protocol`](crate::store::protocol) over its
+//! [`placement`](crate::store::placement) groups: every key of a group lives in one slot, so
+//! one `EVALSHA` of `lua/tollgate.lua` decides and charges the group atomically ([`script`]);
+//! descriptor groups run concurrently (one round trip for all of them), shared limits after
+//! them, and a group that charged for a request that ends up denied takes its charges back
+//! exactly. That can briefly under-admit, never over-admit.
 //!
 //! A decision runs in a task of its own, and the caller waits for it up to the deadline; past
 //! it, or on any Redis error, the caller applies the failure policy. A decision whose caller
@@ -17,7 +16,6 @@
 
 mod health;
 mod local_cache;
-mod placement;
 mod script;
 mod url;
 
@@ -32,12 +30,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use self::local_cache::{LocalCache, Lookup};
-use self::placement::{place, Placed};
-use self::script::{args, eval, parse_reply, Mode, Script, Undo};
+use self::script::{args, eval, parse_reply, Script};
+use super::placement::{place, Placed};
+use super::protocol::{Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
-use crate::algorithm::Landing;
 use crate::clock::Clock;
-use crate::decision::{verdict, Verdict};
+use crate::decision::Verdict;
 use crate::plan::Plan;
 
 /// The format of keys and stored state; part of every key, so a tollgate that changes the
@@ -92,22 +90,19 @@ struct Inner {
 
 /// What every script call of one request shares.
 struct Call<'a> {
-    placed: &'a Placed,
+    placed: &'a Placed<'static>,
     /// The script's `now` argument.
     now: Value,
-    /// Quota descriptors in the whole request.
-    quota: usize,
     /// TRYAGAIN / CLUSTERDOWN are retried until then.
     retry_until: Instant,
 }
 
-/// A decision's result, with what it left in Redis.
+/// A decision's answers, and what it left in Redis.
 struct Decided {
     outcomes: Vec<ChargeOutcome>,
-    /// Per spec, what stays landed.
-    landings: Vec<Landing>,
-    /// Per group, the `now` its script ran at (`None`: it did not run).
-    group_now: Vec<Option<i64>>,
+    /// What is left to take back if the caller gives up: per group, its undos and the `now`
+    /// it ran at.
+    leftovers: Vec<(usize, Vec<Undo>, i64)>,
 }
 
 impl Store for RedisStore {
@@ -117,7 +112,7 @@ impl Store for RedisStore {
         mode: ApplyMode,
     ) -> Result<Vec<ChargeOutcome>, StoreError> {
         let inner = &self.inner;
-        let placed = place(plan, &inner.prefix);
+        let placed = place(plan, &inner.prefix).into_owned();
         let mut dry_first = false;
         if !mode.count_rejected {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
@@ -127,17 +122,16 @@ impl Store for RedisStore {
             }
         }
         let deadline = Instant::now() + inner.opts.timeout;
-        let quota = plan.quota_descriptors;
         let (tx, rx) = oneshot::channel();
         let task = inner.clone();
         tokio::spawn(async move {
-            match task.decide(&placed, quota, mode, dry_first, deadline).await {
+            match task.decide(&placed, mode, dry_first, deadline).await {
                 Ok(decided) => {
                     task.cache
                         .remember(&placed, &decided.outcomes, task.wall.now_us());
                     if let Err(Ok(decided)) = tx.send(Ok(decided)) {
                         // The caller gave up: nothing of this request may stay.
-                        task.take_back(&placed, quota, &decided, None).await;
+                        task.take_back(&placed, decided.leftovers).await;
                     }
                 }
                 Err(e) => {
@@ -234,189 +228,129 @@ impl Inner {
         undo: &[Undo],
     ) -> Result<script::Reply, StoreError> {
         let g = &call.placed.groups[gi];
+        let quota = call.placed.quota_descriptors;
         let reply = eval(
             &self.client,
             &self.call_options(),
             &self.script,
             call.retry_until,
-            || args(g, &call.placed.specs, &call.now, mode, call.quota, undo),
+            || args(g, &call.placed.specs, &call.now, mode, quota, undo),
         )
         .await?;
         parse_reply(g, &reply)
     }
 
-    /// Decides the request: every group, then takes back what the final verdict says must
-    /// not stay. On an error, takes back what landed and reports the error.
+    /// Decides the request by the protocol. On an error, takes back what landed and reports
+    /// the error.
     async fn decide(
         &self,
-        placed: &Placed,
-        quota: usize,
+        placed: &Placed<'static>,
         mode: ApplyMode,
         dry_first: bool,
         deadline: Instant,
     ) -> Result<Decided, StoreError> {
-        let n = placed.specs.len();
-        let mut decided = Decided {
-            outcomes: vec![
-                ChargeOutcome {
-                    allowed: true,
-                    remaining: 0,
-                    wait_us: None,
-                };
-                n
-            ],
-            landings: vec![Landing::default(); n],
-            group_now: vec![None; placed.groups.len()],
-        };
         let call = Call {
             placed,
             now: self.now_arg(),
-            quota,
             retry_until: deadline,
         };
-        let verdict_of = |d: &Decided, known: &[bool]| {
-            verdict(
-                placed.specs.iter().enumerate().map(|(i, s)| {
-                    let allowed = !known[i] || d.outcomes[i].allowed;
-                    (s.role, s.params.overdraft, allowed)
-                }),
-                quota,
-            )
-        };
-        let record = |d: &mut Decided, known: &mut [bool], gi: usize, reply: script::Reply| {
-            d.group_now[gi] = Some(reply.now);
-            for (&ci, (outcome, landing)) in placed.groups[gi].charges.iter().zip(reply.charges) {
-                d.outcomes[ci] = outcome;
-                d.landings[ci] = landing;
-                known[ci] = true;
-            }
-        };
-
         if dry_first {
             // A limit is known exhausted: evaluate everything without charging, and answer
             // from that unless the cache was stale.
-            let mut known = vec![false; n];
+            let mut protocol = Protocol::new(placed, mode.count_rejected);
             let groups = 0..placed.groups.len();
             let replies = join_all(groups.map(|gi| self.run(&call, gi, Mode::DryRun, &[]))).await;
             for (gi, reply) in replies.into_iter().enumerate() {
-                record(&mut decided, &mut known, gi, reply?);
+                protocol.record(gi, reply?.answer);
             }
-            if verdict_of(&decided, &known) == Verdict::Deny {
-                return Ok(decided);
-            }
-        }
-
-        let normal = if mode.count_rejected {
-            Mode::CountRejected
-        } else {
-            Mode::Decide
-        };
-        let mut known = vec![false; n];
-        // Descriptor groups share no key: they run concurrently, one round trip for all.
-        // Shared (global, hot) limits run after them, in order, and once the request is sure
-        // to be denied they only evaluate: a shared key never holds a charge that is about to
-        // be taken back.
-        let first_shared = placed
-            .groups
-            .iter()
-            .position(|g| g.shared)
-            .unwrap_or(placed.groups.len());
-        let replies = join_all((0..first_shared).map(|gi| self.run(&call, gi, normal, &[]))).await;
-        let mut failure = None;
-        for (gi, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Ok(r) => record(&mut decided, &mut known, gi, r),
-                Err(e) => failure = Some(e),
+            if protocol.verdict() == Verdict::Deny {
+                return Ok(Decided {
+                    outcomes: protocol.into_outcomes(),
+                    leftovers: Vec::new(),
+                });
             }
         }
-        if failure.is_none() {
-            for gi in first_shared..placed.groups.len() {
-                let sure_denied =
-                    !mode.count_rejected && verdict_of(&decided, &known) == Verdict::Deny;
-                let m = if sure_denied { Mode::DryRun } else { normal };
-                match self.run(&call, gi, m, &[]).await {
-                    Ok(r) => record(&mut decided, &mut known, gi, r),
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
+        let mut protocol = Protocol::new(placed, mode.count_rejected);
+        // The `now` each group ran at: a take-back answers at the same time.
+        let mut group_now: Vec<i64> = vec![0; placed.groups.len()];
+        loop {
+            let (runs, undos) = match protocol.step() {
+                Next::Run(runs) => (runs, Vec::new()),
+                Next::TakeBack(undos) => (Vec::new(), undos),
+                Next::Done => break,
+            };
+            let replies = if undos.is_empty() {
+                join_all(runs.iter().map(|&(gi, m)| self.run(&call, gi, m, &[]))).await
+            } else {
+                join_all(undos.iter().map(|(gi, undo)| {
+                    let now = group_now[*gi];
+                    async move {
+                        let call = Call {
+                            placed,
+                            now: Value::Integer(now),
+                            retry_until: Instant::now() + LATE_REPLY,
+                        };
+                        self.run(&call, *gi, Mode::TakeBack, undo).await
                     }
+                }))
+                .await
+            };
+            let groups = runs
+                .iter()
+                .map(|&(gi, _)| gi)
+                .chain(undos.iter().map(|(gi, _)| *gi));
+            let mut failure = None;
+            for (gi, reply) in groups.zip(replies) {
+                match reply {
+                    Ok(r) => {
+                        group_now[gi] = r.now;
+                        protocol.record(gi, r.answer);
+                    }
+                    Err(e) if undos.is_empty() => failure = Some(e),
+                    Err(e) => tracing::warn!(
+                        error = %e,
+                        "taking back a charge failed: it stays until its window passes"
+                    ),
                 }
             }
+            if let Some(e) = failure {
+                let leftovers = with_now(protocol.undos(None), &group_now);
+                self.take_back(placed, leftovers).await;
+                return Err(e);
+            }
         }
-        if let Some(e) = failure {
-            self.take_back(placed, quota, &decided, None).await;
-            return Err(e);
-        }
-        if !mode.count_rejected {
-            let v = verdict_of(&decided, &known);
-            self.take_back(placed, quota, &decided, Some(v))
-                .await
-                .into_iter()
-                .for_each(|(gi, reply)| {
-                    for (&ci, (outcome, landing)) in
-                        placed.groups[gi].charges.iter().zip(reply.charges)
-                    {
-                        decided.outcomes[ci] = outcome;
-                        decided.landings[ci] = landing;
-                    }
-                });
-        }
-        Ok(decided)
+        let leftovers = with_now(protocol.undos(None), &group_now);
+        Ok(Decided {
+            outcomes: protocol.into_outcomes(),
+            leftovers,
+        })
     }
 
-    /// Takes back the landed charges that `verdict` says must not stay (`None`: all of them),
-    /// one script call per group, concurrently. Returns the groups' new answers. A failure
-    /// only logs: those charges then stay until their window passes (under-admitting, never
+    /// Takes back `leftovers` (per group, concurrently), ignoring the answers. A failure only
+    /// logs: those charges then stay until their window passes (under-admitting, never
     /// over-admitting).
-    async fn take_back(
-        &self,
-        placed: &Placed,
-        quota: usize,
-        decided: &Decided,
-        verdict: Option<Verdict>,
-    ) -> Vec<(usize, script::Reply)> {
-        let mut calls = Vec::new();
-        for (gi, g) in placed.groups.iter().enumerate() {
-            let Some(now) = decided.group_now[gi] else {
-                continue;
+    async fn take_back(&self, placed: &Placed<'static>, leftovers: Vec<(usize, Vec<Undo>, i64)>) {
+        let calls = leftovers.into_iter().map(|(gi, undo, now)| async move {
+            let call = Call {
+                placed,
+                now: Value::Integer(now),
+                retry_until: Instant::now() + LATE_REPLY,
             };
-            let undo: Vec<Undo> = g
-                .charges
-                .iter()
-                .map(|&ci| {
-                    let landing = decided.landings[ci];
-                    let keep = verdict.is_some_and(|v| v.lands(placed.specs[ci].params.overdraft));
-                    Undo {
-                        allowed: decided.outcomes[ci].allowed,
-                        kept: if keep { landing.added } else { 0 },
-                        undo: if keep { Landing::default() } else { landing },
-                    }
-                })
-                .collect();
-            if undo.iter().all(|u| u.undo.added == 0) {
-                continue;
-            }
-            calls.push(async move {
-                let call = Call {
-                    placed,
-                    now: Value::Integer(now),
-                    quota,
-                    retry_until: Instant::now() + LATE_REPLY,
-                };
-                let reply = self.run(&call, gi, Mode::Refund, &undo).await;
-                (gi, reply)
-            });
-        }
-        let mut out = Vec::new();
-        for (gi, reply) in join_all(calls).await {
-            match reply {
-                Ok(r) => out.push((gi, r)),
-                Err(e) => tracing::warn!(
+            if let Err(e) = self.run(&call, gi, Mode::TakeBack, &undo).await {
+                tracing::warn!(
                     error = %e,
                     "taking back a charge failed: it stays until its window passes"
-                ),
+                );
             }
-        }
-        out
+        });
+        join_all(calls).await;
     }
+}
+
+/// Attaches each group's `now` to its undos.
+fn with_now(undos: Vec<(usize, Vec<Undo>)>, group_now: &[i64]) -> Vec<(usize, Vec<Undo>, i64)> {
+    undos
+        .into_iter()
+        .map(|(gi, undo)| (gi, undo, group_now[gi]))
+        .collect()
 }

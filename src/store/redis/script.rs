@@ -10,10 +10,11 @@ use fred::prelude::*;
 use fred::types::config::Options;
 use tokio::time::Instant;
 
-use super::placement::{Group, Spec};
 use crate::algorithm::Landing;
 use crate::decision::ChargeOutcome;
 use crate::plan::Role;
+use crate::store::placement::{Group, Spec};
+use crate::store::protocol::{GroupAnswer, Mode, Undo};
 use crate::store::StoreError;
 
 /// A script and the SHA1 `EVALSHA` names it by.
@@ -30,29 +31,6 @@ impl Script {
             sha: fred::util::sha1_hash(lua),
         }
     }
-}
-
-/// What the script does with a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Decide all-or-nothing and charge.
-    Decide = 0,
-    /// Every charge lands (envoyproxy/ratelimit's counting).
-    CountRejected = 1,
-    /// Evaluate and answer; write nothing.
-    DryRun = 2,
-    /// Take back landed charges, then answer as things stand.
-    Refund = 3,
-}
-
-/// Per charge of a group, in refund mode: what was decided and what to take back.
-#[derive(Debug, Clone, Copy)]
-pub struct Undo {
-    pub allowed: bool,
-    /// What stays landed.
-    pub kept: u64,
-    /// The landing to take back (`added` 0: nothing).
-    pub undo: Landing,
 }
 
 /// `EVALSHA`, loading the script on every primary and retrying once on NOSCRIPT; retries
@@ -96,7 +74,7 @@ pub async fn eval(
 /// KEYS and ARGV for one group. `undo` (refund mode) is per charge of the group.
 pub fn args(
     g: &Group,
-    specs: &[Spec],
+    specs: &[Spec<'_>],
     now: &Value,
     mode: Mode,
     quota_descriptors: usize,
@@ -105,7 +83,7 @@ pub fn args(
     let keys: Vec<Key> = g
         .keys
         .iter()
-        .map(|&s| Key::from(specs[s].key.as_str()))
+        .map(|&s| Key::from(specs[s].key.as_ref()))
         .collect();
     let n = g.charges.len();
     let mut args: Vec<Value> = Vec::with_capacity(4 + n * 8 + undo.len() * 5);
@@ -131,20 +109,19 @@ pub fn args(
     }
     for u in undo {
         args.push(Value::Integer(u.allowed as i64));
-        args.push(Value::Integer(u.kept as i64));
-        args.push(Value::Integer(u.undo.added as i64));
-        args.push(Value::Integer(u.undo.mark.0 as i64));
-        args.push(Value::Integer(u.undo.mark.1 as i64));
+        args.push(Value::Integer(u.kept().added as i64));
+        args.push(Value::Integer(u.amount() as i64));
+        args.push(Value::Integer(u.landing.mark.0 as i64));
+        args.push(Value::Integer(u.landing.mark.1 as i64));
     }
     (keys, args)
 }
 
 /// One group's answer.
 pub struct Reply {
-    /// The `now` the script decided at (µs); a refund answers at the same time.
+    /// The `now` the script decided at (µs); a take-back answers at the same time.
     pub now: i64,
-    /// Per charge of the group, in the group's order.
-    pub charges: Vec<(ChargeOutcome, Landing)>,
+    pub answer: GroupAnswer,
 }
 
 /// Parses `{ now, then allowed, remaining, wait_us (-1 = never), added, mark1, mark2 }`.
@@ -155,7 +132,7 @@ pub fn parse_reply(g: &Group, reply: &[i64]) -> Result<Reply, StoreError> {
             reply.len()
         )));
     }
-    let charges = reply[1..]
+    let answer = reply[1..]
         .chunks_exact(6)
         .map(|r| {
             let outcome = ChargeOutcome {
@@ -172,6 +149,6 @@ pub fn parse_reply(g: &Group, reply: &[i64]) -> Result<Reply, StoreError> {
         .collect();
     Ok(Reply {
         now: reply[0],
-        charges,
+        answer,
     })
 }

@@ -1,18 +1,22 @@
 //! Placement groups: a request's charges split by hash tag. Every key of a group lives in one
-//! Redis Cluster slot, so one script call decides and charges the group atomically.
+//! Redis Cluster slot, so one script call decides and charges the group atomically; the
+//! memory store decides the same groups the same way (see [`super::protocol`]).
 //!
 //! Order is fixed for every request: descriptor groups first, then shared (global) limits,
 //! each in order of first appearance. Pure, so it is unit-tested here.
 
+use std::borrow::Cow;
+
 use crate::limit::LimitParams;
 use crate::plan::{Plan, Role};
 
-/// A charge as the Redis store needs it, owned (decisions outlive the request future so that
-/// a charge that lands late is still refunded).
+/// A charge as a store needs it. The Redis store owns its keys (its decisions outlive the
+/// request future, so that a charge that lands late is still taken back); the memory store
+/// borrows them from the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spec {
-    /// The counter key with the store's prefix and format version.
-    pub key: String,
+pub struct Spec<'a> {
+    /// The counter key, with the store's prefix.
+    pub key: Cow<'a, str>,
     pub params: LimitParams,
     pub cost: u64,
     pub role: Role,
@@ -31,16 +35,18 @@ pub struct Group {
     pub shared: bool,
 }
 
-/// A request laid out for Redis.
+/// A request laid out in placement groups.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Placed {
-    pub specs: Vec<Spec>,
+pub struct Placed<'a> {
+    pub specs: Vec<Spec<'a>>,
     pub groups: Vec<Group>,
+    /// Quota descriptors in the whole request.
+    pub quota_descriptors: usize,
 }
 
-/// Groups `plan`'s charges by hash tag, keys prefixed with `prefix`: descriptor groups first,
-/// shared limits last, each in order of first appearance.
-pub fn place(plan: &Plan<'_>, prefix: &str) -> Placed {
+/// Groups `plan`'s charges by hash tag, keys prefixed with `prefix` (owned keys when there is
+/// a prefix): descriptor groups first, shared limits last, each in order of first appearance.
+pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str) -> Placed<'a> {
     let mut tags: Vec<&str> = Vec::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut specs = Vec::with_capacity(plan.charges.len());
@@ -69,9 +75,14 @@ pub fn place(plan: &Plan<'_>, prefix: &str) -> Placed {
         };
         g.charges.push(ci);
         g.key_of.push(key);
-        let mut key = String::with_capacity(prefix.len() + c.key.len());
-        key.push_str(prefix);
-        key.push_str(&c.key);
+        let key = if prefix.is_empty() {
+            Cow::Borrowed(c.key.as_str())
+        } else {
+            let mut key = String::with_capacity(prefix.len() + c.key.len());
+            key.push_str(prefix);
+            key.push_str(&c.key);
+            Cow::Owned(key)
+        };
         specs.push(Spec {
             key,
             params: c.limit.params,
@@ -80,7 +91,31 @@ pub fn place(plan: &Plan<'_>, prefix: &str) -> Placed {
         });
     }
     groups.sort_by_key(|g| g.shared);
-    Placed { specs, groups }
+    Placed {
+        specs,
+        groups,
+        quota_descriptors: plan.quota_descriptors,
+    }
+}
+
+impl Placed<'_> {
+    /// The same layout with owned keys.
+    pub fn into_owned(self) -> Placed<'static> {
+        Placed {
+            specs: self
+                .specs
+                .into_iter()
+                .map(|s| Spec {
+                    key: Cow::Owned(s.key.into_owned()),
+                    params: s.params,
+                    cost: s.cost,
+                    role: s.role,
+                })
+                .collect(),
+            groups: self.groups,
+            quota_descriptors: self.quota_descriptors,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -118,16 +153,14 @@ mod tests {
 
     #[test]
     fn groups_follow_hash_tags_with_shared_limits_last() {
-        let placed = place(
-            &plan(vec![
-                charge("{d|g=*|*}|f60", true),
-                charge("{d|t=a}|f60", false),
-                charge("{d|t=a}|m=x|f60", false),
-                charge("{d|t=b}|f60", false),
-                charge("{d|t=a}|f60", false),
-            ]),
-            "tg:2:",
-        );
+        let plan = plan(vec![
+            charge("{d|g=*|*}|f60", true),
+            charge("{d|t=a}|f60", false),
+            charge("{d|t=a}|m=x|f60", false),
+            charge("{d|t=b}|f60", false),
+            charge("{d|t=a}|f60", false),
+        ]);
+        let placed = place(&plan, "tg:2:");
         assert_eq!(placed.specs[1].key, "tg:2:{d|t=a}|f60");
         assert_eq!(
             placed.groups,
@@ -157,7 +190,8 @@ mod tests {
     #[test]
     fn shared_comes_from_the_limit_not_the_key() {
         // A value that ends in `|*` once unescaped must not make a group shared.
-        let placed = place(&plan(vec![charge("{d|k=v%7C%2A}|f60", false)]), "");
+        let plan = plan(vec![charge("{d|k=v%7C%2A}|f60", false)]);
+        let placed = place(&plan, "");
         assert!(!placed.groups[0].shared);
     }
 }

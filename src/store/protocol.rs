@@ -1,0 +1,210 @@
+//! The decision protocol both stores follow, written once and free of I/O.
+//!
+//! A request's placement groups are decided one script call (Redis) or one batch (memory)
+//! each: descriptor groups first — they share no key, so Redis runs them concurrently —
+//! then shared limits in order; once the request is sure to be denied, the remaining groups
+//! only evaluate (dry run), so a hot shared key never holds a charge that is about to be taken
+//! back. Each group commits by its own verdict; when the request's final verdict says a
+//! landed charge must not stay, that group takes it back exactly and answers again as things
+//! stand. The memory store runs all of this under its locks, so it stays atomic, and answers
+//! what Redis answers, step for step (the differential test compares them).
+//!
+//! A store drives [`Protocol`]: ask [`Protocol::step`] what to run, run it, give each group's
+//! answer to [`Protocol::record`], until [`Next::Done`].
+
+use super::placement::Placed;
+use crate::algorithm::Landing;
+use crate::decision::{verdict, ChargeOutcome, Verdict};
+
+/// What one group run does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Decide all-or-nothing and charge.
+    Decide = 0,
+    /// Every charge lands (envoyproxy/ratelimit's counting).
+    CountRejected = 1,
+    /// Evaluate and answer; write nothing.
+    DryRun = 2,
+    /// Take back landed charges, then answer as things stand.
+    TakeBack = 3,
+}
+
+/// Per charge of a group being taken back: what was decided, what it left, and whether to
+/// take that back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Undo {
+    pub allowed: bool,
+    pub landing: Landing,
+    pub take_back: bool,
+}
+
+impl Undo {
+    /// What stays landed.
+    pub fn kept(&self) -> Landing {
+        if self.take_back {
+            Landing::default()
+        } else {
+            self.landing
+        }
+    }
+
+    /// How much to take back.
+    pub fn amount(&self) -> u64 {
+        if self.take_back {
+            self.landing.added
+        } else {
+            0
+        }
+    }
+}
+
+/// A group's answer: per charge of the group, in the group's order.
+pub type GroupAnswer = Vec<(ChargeOutcome, Landing)>;
+
+/// What to run next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Run these groups (concurrently if you like: they share no key) in these modes.
+    Run(Vec<(usize, Mode)>),
+    /// Take back in these groups, with these undos per charge.
+    TakeBack(Vec<(usize, Vec<Undo>)>),
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Descriptors,
+    Shared(usize),
+    TakeBack,
+    Done,
+}
+
+/// One request's decision in progress.
+pub struct Protocol<'p, 'a> {
+    placed: &'p Placed<'a>,
+    count_rejected: bool,
+    outcomes: Vec<ChargeOutcome>,
+    landings: Vec<Landing>,
+    /// Per charge: answered by a group run yet.
+    known: Vec<bool>,
+    phase: Phase,
+}
+
+impl<'p, 'a> Protocol<'p, 'a> {
+    pub fn new(placed: &'p Placed<'a>, count_rejected: bool) -> Protocol<'p, 'a> {
+        let n = placed.specs.len();
+        Protocol {
+            placed,
+            count_rejected,
+            outcomes: vec![
+                ChargeOutcome {
+                    allowed: true,
+                    remaining: 0,
+                    wait_us: None,
+                };
+                n
+            ],
+            landings: vec![Landing::default(); n],
+            known: vec![false; n],
+            phase: Phase::Descriptors,
+        }
+    }
+
+    fn normal(&self) -> Mode {
+        if self.count_rejected {
+            Mode::CountRejected
+        } else {
+            Mode::Decide
+        }
+    }
+
+    /// The verdict so far, reading charges not yet answered as allowed: when this already
+    /// denies, the request is denied whatever the rest answers.
+    pub fn verdict(&self) -> Verdict {
+        verdict(
+            self.placed.specs.iter().enumerate().map(|(i, s)| {
+                let allowed = !self.known[i] || self.outcomes[i].allowed;
+                (s.role, s.params.overdraft, allowed)
+            }),
+            self.placed.quota_descriptors,
+        )
+    }
+
+    /// What to run next.
+    pub fn step(&mut self) -> Next {
+        loop {
+            match self.phase {
+                Phase::Descriptors => {
+                    let groups = &self.placed.groups;
+                    let first_shared = groups.iter().position(|g| g.shared).unwrap_or(groups.len());
+                    self.phase = Phase::Shared(first_shared);
+                    if first_shared > 0 {
+                        let mode = self.normal();
+                        return Next::Run((0..first_shared).map(|gi| (gi, mode)).collect());
+                    }
+                }
+                Phase::Shared(gi) if gi < self.placed.groups.len() => {
+                    self.phase = Phase::Shared(gi + 1);
+                    let sure_denied = !self.count_rejected && self.verdict() == Verdict::Deny;
+                    let mode = if sure_denied {
+                        Mode::DryRun
+                    } else {
+                        self.normal()
+                    };
+                    return Next::Run(vec![(gi, mode)]);
+                }
+                Phase::Shared(_) => self.phase = Phase::TakeBack,
+                Phase::TakeBack => {
+                    self.phase = Phase::Done;
+                    if !self.count_rejected {
+                        let undos = self.undos(Some(self.verdict()));
+                        if !undos.is_empty() {
+                            return Next::TakeBack(undos);
+                        }
+                    }
+                }
+                Phase::Done => return Next::Done,
+            }
+        }
+    }
+
+    /// Records a group's answer (to a run or a take-back).
+    pub fn record(&mut self, gi: usize, answer: GroupAnswer) {
+        for (&ci, (outcome, landing)) in self.placed.groups[gi].charges.iter().zip(answer) {
+            self.outcomes[ci] = outcome;
+            self.landings[ci] = landing;
+            self.known[ci] = true;
+        }
+    }
+
+    /// Per group with something to take back: the undos that leave only what `verdict` lets
+    /// land (`None`: take back everything, for a decision that failed or was abandoned).
+    pub fn undos(&self, verdict: Option<Verdict>) -> Vec<(usize, Vec<Undo>)> {
+        let mut out = Vec::new();
+        for (gi, g) in self.placed.groups.iter().enumerate() {
+            let undo: Vec<Undo> = g
+                .charges
+                .iter()
+                .map(|&ci| {
+                    let landing = self.landings[ci];
+                    let overdraft = self.placed.specs[ci].params.overdraft;
+                    Undo {
+                        allowed: self.outcomes[ci].allowed,
+                        landing,
+                        take_back: landing.added > 0
+                            && !verdict.is_some_and(|v| v.lands(overdraft)),
+                    }
+                })
+                .collect();
+            if undo.iter().any(|u| u.take_back) {
+                out.push((gi, undo));
+            }
+        }
+        out
+    }
+
+    /// The answers, index-aligned with the request's charges.
+    pub fn into_outcomes(self) -> Vec<ChargeOutcome> {
+        self.outcomes
+    }
+}
