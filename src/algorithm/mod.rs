@@ -230,10 +230,12 @@ mod tests {
         let mut st = None;
         let t0 = 1_000 * 60 * S + 50 * S;
         assert!(run(&mut st, &p, 10, t0).allowed);
-        // A fixed window would reset at t0 + 10 s; the sliding one waits for the charge to age out.
+        // A fixed window would reset at t0 + 10 s; the sliding one waits for the charge to age
+        // out: it is stamped with its 60 ms granule's last µs, t0 + 39_999 µs.
         let d = run(&mut st, &p, 1, t0 + 11 * S);
-        assert_eq!((d.allowed, d.wait_us), (false, Some(49 * S)));
-        assert!(run(&mut st, &p, 1, t0 + 60 * S).allowed);
+        assert_eq!((d.allowed, d.wait_us), (false, Some(49 * S + 39_999)));
+        assert!(!run(&mut st, &p, 1, t0 + 60 * S + 39_998).allowed);
+        assert!(run(&mut st, &p, 1, t0 + 60 * S + 39_999).allowed);
     }
 
     #[test]
@@ -244,9 +246,10 @@ mod tests {
         assert!(run(&mut st, &p, 3, t0).allowed);
         assert!(run(&mut st, &p, 3, t0 + S).allowed);
         assert!(run(&mut st, &p, 4, t0 + 2 * S).allowed);
-        // Needs 5: the first (3) and second (3) charges must leave.
+        // Needs 5: the first (3) and second (3) charges must leave; each is stamped with its
+        // 10 ms granule's last µs.
         let d = run(&mut st, &p, 5, t0 + 3 * S);
-        assert_eq!((d.allowed, d.wait_us), (false, Some(8 * S)));
+        assert_eq!((d.allowed, d.wait_us), (false, Some(8 * S + 9_999)));
     }
 
     #[test]

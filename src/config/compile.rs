@@ -42,16 +42,10 @@ fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(),
         format!("{parent_key}.{key}_{value}")
     };
     let at = |msg: &str| format!("'{full_key}': {msg}");
-    let pattern = if value.is_empty() {
-        Pattern::Any
-    } else if let Some(prefix) = value.strip_suffix('*') {
-        Pattern::Prefix(prefix.to_string())
-    } else {
-        Pattern::Exact(value.clone())
-    };
-    if raw.share_threshold && !matches!(pattern, Pattern::Prefix(_)) {
+    let pattern = Pattern::parse(&value);
+    if raw.share_threshold && !matches!(pattern, Pattern::Wildcard(_)) {
         return Err(format!(
-            "share_threshold can only be used with wildcard values (ending with '*'), but found key '{full_key}'"
+            "share_threshold can only be used with wildcard values (containing '*'), but found key '{full_key}'"
         ));
     }
 

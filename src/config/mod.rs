@@ -50,8 +50,10 @@ struct KeyRules {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pattern {
     Exact(String),
-    /// `value: "abc*"`: any value starting with the prefix.
-    Prefix(String),
+    /// A value with `*` in it (`abc*`, `bar*b`, `foo*bar*baz`): each `*` stands for any run of
+    /// characters, empty included, as in envoyproxy/ratelimit. Held as the literal parts
+    /// between the stars.
+    Wildcard(Vec<String>),
     /// No value: any value.
     Any,
 }
@@ -60,10 +62,49 @@ impl Pattern {
     pub fn matches(&self, value: &str) -> bool {
         match self {
             Pattern::Exact(v) => v == value,
-            Pattern::Prefix(p) => value.starts_with(p.as_str()),
+            Pattern::Wildcard(parts) => wildcard_matches(parts, value),
             Pattern::Any => true,
         }
     }
+}
+
+impl Pattern {
+    /// The pattern of a rule's `value` (empty: any value).
+    pub fn parse(value: &str) -> Pattern {
+        if value.is_empty() {
+            Pattern::Any
+        } else if value.contains('*') {
+            Pattern::Wildcard(value.split('*').map(str::to_string).collect())
+        } else {
+            Pattern::Exact(value.to_string())
+        }
+    }
+}
+
+/// Whether `value` is `parts` joined by runs of any characters: the first part is a prefix,
+/// the last a suffix, the ones between appear in order. Taking each middle part at its first
+/// occurrence leaves the most room for the rest, so the greedy scan is exact.
+fn wildcard_matches(parts: &[String], value: &str) -> bool {
+    let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+        return true;
+    };
+    if parts.len() == 1 {
+        return value == first;
+    }
+    if value.len() < first.len() + last.len()
+        || !value.starts_with(first.as_str())
+        || !value.ends_with(last.as_str())
+    {
+        return false;
+    }
+    let mut rest = &value[first.len()..value.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part.as_str()) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// One descriptor rule of the config.
@@ -127,7 +168,7 @@ impl Level {
         let rules = self.keys.entry(rule.key.clone()).or_default();
         let taken = match &rule.pattern {
             Pattern::Exact(v) => rules.exact.contains_key(v),
-            Pattern::Prefix(_) => rules.wildcards.iter().any(|r| r.pattern == rule.pattern),
+            Pattern::Wildcard(_) => rules.wildcards.iter().any(|r| r.pattern == rule.pattern),
             Pattern::Any => rules.any.is_some(),
         };
         if taken {
@@ -137,7 +178,7 @@ impl Level {
             Pattern::Exact(v) => {
                 rules.exact.insert(v.clone(), rule);
             }
-            Pattern::Prefix(_) => rules.wildcards.push(rule),
+            Pattern::Wildcard(_) => rules.wildcards.push(rule),
             Pattern::Any => rules.any = Some(rule),
         }
         Ok(())
@@ -206,5 +247,39 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
             lines.push(s);
         }
         describe_level(&rule.children, lines);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stars_stand_anywhere_for_any_run_of_characters() {
+        let m = |pattern: &str, value: &str| Pattern::parse(pattern).matches(value);
+        for (pattern, value, want) in [
+            ("bar*b", "barab", true),
+            ("bar*b", "bar123b", true),
+            ("bar*b", "barb", true),
+            ("bar*b", "bar", false),
+            ("bar*b", "barbx", false),
+            ("foo*bar*baz", "foobarbaz", true),
+            ("foo*bar*baz", "foo-bar-baz", true),
+            ("foo*bar*baz", "foobaz", false),
+            ("foo*bar*baz", "foo-baz-bar", false),
+            ("abc*", "abc", true),
+            ("abc*", "abcdef", true),
+            ("abc*", "ab", false),
+            ("*", "", true),
+            ("*x", "x", true),
+            ("*x", "yx", true),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+            ("**", "anything", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ] {
+            assert_eq!(m(pattern, value), want, "{pattern} vs {value}");
+        }
     }
 }

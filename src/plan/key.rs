@@ -56,9 +56,13 @@ pub(super) fn counter_key(
 fn pattern_into(out: &mut String, p: &Pattern) {
     match p {
         Pattern::Exact(v) => escape_into(out, v),
-        Pattern::Prefix(prefix) => {
-            escape_into(out, prefix);
-            out.push('*');
+        Pattern::Wildcard(parts) => {
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.push('*');
+                }
+                escape_into(out, part);
+            }
         }
         Pattern::Any => out.push('*'),
     }

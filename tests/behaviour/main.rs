@@ -17,5 +17,6 @@ mod concurrency;
 mod conformance;
 mod differential;
 mod hierarchy;
+mod holes;
 mod matching;
 mod model;

@@ -260,6 +260,17 @@ descriptors:
     rate_limit: {name: foo_prefix, unit: minute, requests_per_unit: 2}
 ";
 
+const STARS_ANYWHERE: &str = "
+domain: d
+descriptors:
+  - key: k
+    value: bar*b
+    rate_limit: {name: bar_b, unit: minute, requests_per_unit: 5}
+  - key: k
+    value: foo*bar*baz
+    rate_limit: {name: foo_bar_baz, unit: minute, requests_per_unit: 5}
+";
+
 const TWO_LEVELS: &str = "
 domain: d
 descriptors:
@@ -437,6 +448,34 @@ fn cases() -> Vec<Case> {
                 vec![
                     ok("fo_prefix", 3, MINUTE, 2),
                     ok("fo_prefix", 3, MINUTE, 2),
+                    NO_LIMIT,
+                ],
+            )],
+        ),
+        case(
+            "a star stands anywhere in a value, more than once, for any run of characters",
+            STARS_ANYWHERE,
+            vec![expect(
+                req(
+                    "d",
+                    vec![
+                        desc(&[("k", "barab")]),
+                        desc(&[("k", "bar123b")]),
+                        desc(&[("k", "barb")]),
+                        desc(&[("k", "bar")]),
+                        desc(&[("k", "foo-bar-baz")]),
+                        desc(&[("k", "foobarbaz")]),
+                        desc(&[("k", "foo-baz-bar")]),
+                    ],
+                ),
+                OK,
+                vec![
+                    ok("bar_b", 5, MINUTE, 4),
+                    ok("bar_b", 5, MINUTE, 4),
+                    ok("bar_b", 5, MINUTE, 4),
+                    NO_LIMIT,
+                    ok("foo_bar_baz", 5, MINUTE, 4),
+                    ok("foo_bar_baz", 5, MINUTE, 4),
                     NO_LIMIT,
                 ],
             )],
@@ -953,6 +992,28 @@ fn cases() -> Vec<Case> {
                     req("d", vec![desc(&[("big", "1")])]),
                     OK,
                     vec![ok("big", 5, MINUTE, 2)],
+                ),
+            ],
+        ),
+        case_with(
+            "count_rejected: a check-only descriptor at exactly its limit is OK, past it OVER",
+            KEY_ONLY_5,
+            Settings {
+                count_rejected: true,
+                ..Settings::default()
+            },
+            vec![
+                send(req("d", vec![desc(&[("k", "a")])]), 5),
+                expect(
+                    req("d", vec![desc_hits(&[("k", "a")], 0)]),
+                    OK,
+                    vec![ok("", 5, MINUTE, 0)],
+                ),
+                send(req("d", vec![desc(&[("k", "a")])]), 1),
+                expect(
+                    req("d", vec![desc_hits(&[("k", "a")], 0)]),
+                    OVER,
+                    vec![over("", 5, MINUTE)],
                 ),
             ],
         ),

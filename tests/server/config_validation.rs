@@ -318,7 +318,7 @@ descriptors:
     share_threshold: true
     rate_limit: {unit: minute, requests_per_unit: 1}
 ",
-        want: "share_threshold can only be used with wildcard values (ending with '*'), but found key 'd.k_v'",
+        want: "share_threshold can only be used with wildcard values (containing '*'), but found key 'd.k_v'",
         line: None,
     },
     Bad {
@@ -329,7 +329,7 @@ descriptors:
     share_threshold: true
     rate_limit: {unit: minute, requests_per_unit: 1}
 ",
-        want: "share_threshold can only be used with wildcard values (ending with '*'), but found key 'd.k'",
+        want: "share_threshold can only be used with wildcard values (containing '*'), but found key 'd.k'",
         line: None,
     },
     Bad {
