@@ -56,6 +56,7 @@ fn limiter(algorithm: &str, clock: Arc<dyn Clock>) -> RateLimiter<MemoryStore> {
         Arc::new(ArcSwap::from_pointee(config)),
         Arc::new(MemoryStore::new(clock)),
         Settings::default(),
+        Arc::default(),
     )
 }
 

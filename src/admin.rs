@@ -56,7 +56,10 @@ async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
 
 async fn metrics<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         st.limiter.metrics().render(),
     )
         .into_response()

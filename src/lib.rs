@@ -13,6 +13,7 @@ pub mod decision;
 pub mod duration;
 pub mod json;
 pub mod limit;
+pub mod log_throttle;
 pub mod metrics;
 pub mod pb;
 pub mod plan;

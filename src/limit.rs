@@ -177,6 +177,8 @@ pub struct Limit {
     pub replaces: Vec<String>,
     /// Suffix that makes this limit's counter key distinct from other limits of the same rule.
     pub key_suffix: String,
+    /// The `limit` label of its metrics: its name, else its rule's path (`domain.key_value`).
+    pub metric_label: String,
 }
 
 impl Limit {
@@ -184,6 +186,7 @@ impl Limit {
     pub fn new(name: String, unit: Unit, requests_per_unit: u32, params: LimitParams) -> Limit {
         let key_suffix = default_key_suffix(&params);
         Limit {
+            metric_label: name.clone(),
             name,
             unit,
             requests_per_unit,
@@ -197,7 +200,7 @@ impl Limit {
     /// A request's `limit` override: a fixed window of one unit, as envoyproxy/ratelimit.
     pub fn from_override(requests_per_unit: u32, unit: Unit) -> Limit {
         let window_us = unit.seconds() * 1_000_000;
-        Limit::new(
+        let mut limit = Limit::new(
             String::new(),
             unit,
             requests_per_unit,
@@ -208,7 +211,9 @@ impl Limit {
                 burst: requests_per_unit as u64,
                 overdraft: false,
             },
-        )
+        );
+        limit.metric_label = crate::metrics::OVERRIDE_LIMIT.to_string();
+        limit
     }
 }
 

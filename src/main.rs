@@ -9,6 +9,7 @@ use tollgate::cli::{Cli, ClockArg, Command, ServeArgs};
 use tollgate::clock::SystemClock;
 use tollgate::config::{load_path, LoadOptions};
 use tollgate::duration;
+use tollgate::metrics::Metrics;
 use tollgate::server::{self, ServerOptions};
 use tollgate::settings::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
@@ -95,6 +96,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         failure_mode: args.failure_mode.into(),
     };
     let reload = duration_flag("config-reload-interval", &args.config_reload_interval)?;
+    let metrics = Arc::new(Metrics::new());
     let opts = ServerOptions {
         grpc_addr: args.grpc_addr,
         http_addr: args.http_addr,
@@ -106,12 +108,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         reload_interval: reload,
         drain_delay: duration_flag("drain-delay", &args.drain_delay)?.unwrap_or_default(),
         shutdown_grace: duration_flag("shutdown-grace", &args.shutdown_grace)?.unwrap_or_default(),
+        metrics: metrics.clone(),
     };
     let shutdown = Shutdown::new();
     shutdown.on_signals();
     let running = match &args.redis_url {
         None => {
-            let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)));
+            let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)).with_metrics(metrics));
             server::start(opts, store, shutdown).await?
         }
         Some(url) => {
@@ -138,6 +141,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     ClockArg::Local => ClockSource::Local(Arc::new(SystemClock)),
                 },
                 local_cache_size: args.local_cache_size,
+                metrics,
             };
             let store =
                 RedisStore::connect(redis, Arc::new(SystemClock)).map_err(anyhow::Error::msg)?;

@@ -1,75 +1,417 @@
-//! Counters for Prometheus, exposed as text on the admin port's `/metrics`.
+//! Prometheus metrics, served on the admin port's `/metrics` (OpenMetrics text, from the
+//! `prometheus-client` crate).
 //!
-//! Plain relaxed atomics: a handful of increments per decision, no locks, no allocation.
+//! Label sets stay bounded: domains and limits come from the config (an unknown domain counts
+//! as `__unknown__`, a request's override as `limit="override"`), never from descriptor
+//! values. The request path does not allocate: the counters of a domain and of a limit are
+//! created once, on first use, and found again by name.
+//!
+//! Per limit and request, a limit's `result` is exactly one of `over_limit`, `near_limit`
+//! (not over, and usage after the charge above 80% of the limit, rounded down, as
+//! envoyproxy/ratelimit), `within_limit`, or `shadow` (would be over, shadow mode).
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
-#[derive(Debug, Default)]
-pub struct Metrics {
-    /// Calls answered with a response, by overall code.
-    pub ok: AtomicU64,
-    pub over_limit: AtomicU64,
-    /// Calls rejected as INVALID_ARGUMENT.
-    pub invalid: AtomicU64,
-    /// Store failures, by the failure mode that answered them.
-    pub store_failure_error: AtomicU64,
-    pub store_failure_allow: AtomicU64,
-    pub store_failure_deny: AtomicU64,
-    /// Descriptor statuses that were over only in shadow mode, or a request over only
-    /// because of global shadow mode.
-    pub shadow_over: AtomicU64,
-    /// Descriptors whose cost exceeds what their limit can ever grant.
-    pub unsatisfiable: AtomicU64,
+use parking_lot::RwLock;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// The `domain` label of a request for a domain the config does not know.
+pub const UNKNOWN_DOMAIN: &str = "__unknown__";
+
+/// The `limit` label of a request's own limit override.
+pub const OVERRIDE_LIMIT: &str = "override";
+
+/// How a request ended, as `tollgate_requests_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestCode {
+    Ok,
+    OverLimit,
+    /// Rejected as INVALID_ARGUMENT.
+    Invalid,
+    /// Answered with UNAVAILABLE (the store failed, policy `error`).
+    Unavailable,
 }
 
-pub fn inc(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+impl RequestCode {
+    const ALL: [RequestCode; 4] = [
+        RequestCode::Ok,
+        RequestCode::OverLimit,
+        RequestCode::Invalid,
+        RequestCode::Unavailable,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            RequestCode::Ok => "OK",
+            RequestCode::OverLimit => "OVER_LIMIT",
+            RequestCode::Invalid => "INVALID",
+            RequestCode::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
+/// What one limit answered for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitResult {
+    OverLimit,
+    NearLimit,
+    WithinLimit,
+    Shadow,
+}
+
+impl LimitResult {
+    const ALL: [LimitResult; 4] = [
+        LimitResult::OverLimit,
+        LimitResult::NearLimit,
+        LimitResult::WithinLimit,
+        LimitResult::Shadow,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            LimitResult::OverLimit => "over_limit",
+            LimitResult::NearLimit => "near_limit",
+            LimitResult::WithinLimit => "within_limit",
+            LimitResult::Shadow => "shadow",
+        }
+    }
+
+    /// The result of a limit that had room (`allowed`) or not, in shadow mode or not, with
+    /// `used` of `capacity` after the request.
+    pub fn of(allowed: bool, shadow: bool, used: u64, capacity: u64) -> LimitResult {
+        match (allowed, shadow) {
+            (false, true) => LimitResult::Shadow,
+            (false, false) => LimitResult::OverLimit,
+            (true, _) if used > capacity * 4 / 5 => LimitResult::NearLimit,
+            (true, _) => LimitResult::WithinLimit,
+        }
+    }
+}
+
+/// Which Redis operation a duration measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreOp {
+    Decide,
+    TakeBack,
+    Probe,
+}
+
+impl StoreOp {
+    fn label(self) -> &'static str {
+        match self {
+            StoreOp::Decide => "decide",
+            StoreOp::TakeBack => "take_back",
+            StoreOp::Probe => "probe",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    domain: String,
+    code: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    domain: String,
+    limit: String,
+    result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    op: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+/// One domain's request counters, by [`RequestCode`], and its limits.
+pub struct DomainMetrics {
+    name: String,
+    requests: [Counter; 4],
+    limits: RwLock<HashMap<String, Arc<LimitMetrics>>>,
+}
+
+/// One limit's decisions and hits, by [`LimitResult`].
+pub struct LimitMetrics {
+    decisions: [Counter; 4],
+    hits: [Counter; 4],
+}
+
+impl LimitMetrics {
+    /// Counts one decision of this limit for a request of `cost`.
+    pub fn observe(&self, result: LimitResult, cost: u64) {
+        let i = LimitResult::ALL
+            .iter()
+            .position(|r| *r == result)
+            .unwrap_or(0);
+        self.decisions[i].inc();
+        self.hits[i].inc_by(cost);
+    }
+}
+
+/// Every metric tollgate exports.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    limit_decisions: Family<LimitLabels, Counter>,
+    limit_hits: Family<LimitLabels, Counter>,
+    pub decision_duration: Histogram,
+    /// `tollgate_store_duration_seconds` by [`StoreOp`], created up front.
+    store_duration: [Histogram; 3],
+    pub store_up: Gauge,
+    pub ready: Gauge,
+    config_reloads: Family<ResultLabels, Counter>,
+    pub config_last_reload_success: Gauge<f64, AtomicU64>,
+    pub local_cache_hits: Counter,
+    store_failures: Family<PolicyLabels, Counter>,
+    pub refunds: Counter,
+    domains: RwLock<HashMap<String, Arc<DomainMetrics>>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+/// Latency buckets from 50 µs to 2.5 s, with a bound at 20 ms: Envoy's default filter timeout.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.015, 0.02, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5,
+];
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
 }
 
 impl Metrics {
-    /// Prometheus text exposition format.
-    pub fn render(&self) -> String {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut out = String::with_capacity(1024);
-        let mut family = |name: &str, help: &str, samples: &[(&str, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (labels, v) in samples {
-                let _ = writeln!(out, "{name}{labels} {v}");
-            }
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "tollgate_requests",
+            "ShouldRateLimit requests, by domain and outcome (OK, OVER_LIMIT, INVALID, UNAVAILABLE)",
+            requests.clone(),
+        );
+        let limit_decisions = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "tollgate_limit_decisions",
+            "Per limit and request: over_limit, near_limit (above 80%), within_limit or shadow",
+            limit_decisions.clone(),
+        );
+        let limit_hits = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "tollgate_limit_hits",
+            "The cost (hits) of the decisions in tollgate_limit_decisions_total",
+            limit_hits.clone(),
+        );
+        let decision_duration = latency_histogram();
+        registry.register(
+            "tollgate_decision_duration_seconds",
+            "Time to answer one ShouldRateLimit request",
+            decision_duration.clone(),
+        );
+        let store_duration =
+            Family::<OpLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
+        registry.register(
+            "tollgate_store_duration_seconds",
+            "Redis round trips, by operation (decide, take_back, probe)",
+            store_duration.clone(),
+        );
+        let store_duration = [StoreOp::Decide, StoreOp::TakeBack, StoreOp::Probe].map(|op| {
+            store_duration
+                .get_or_create(&OpLabels {
+                    op: op.label().into(),
+                })
+                .clone()
+        });
+        let store_up = Gauge::default();
+        registry.register(
+            "tollgate_store_up",
+            "1 when the store answers (every Redis primary), else 0",
+            store_up.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "tollgate_ready",
+            "1 while readiness is SERVING",
+            ready.clone(),
+        );
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "tollgate_config_reloads",
+            "Config reload attempts, by result (success, failure)",
+            config_reloads.clone(),
+        );
+        let config_last_reload_success = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "tollgate_config_last_reload_success_timestamp_seconds",
+            "When the running config was last loaded (Unix seconds)",
+            config_last_reload_success.clone(),
+        );
+        let local_cache_hits = Counter::default();
+        registry.register(
+            "tollgate_local_cache_hits",
+            "Requests denied from the local over-limit cache, without Redis",
+            local_cache_hits.clone(),
+        );
+        let store_failures = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "tollgate_store_failures",
+            "Requests the store could not decide, by the failure policy that answered",
+            store_failures.clone(),
+        );
+        let refunds = Counter::default();
+        registry.register(
+            "tollgate_refunds",
+            "Placement groups whose charges were taken back (a request denied elsewhere, or abandoned)",
+            refunds.clone(),
+        );
+        // Every policy and reload result shows from the start, at 0.
+        for policy in ["error", "allow", "deny", "local"] {
+            drop(store_failures.get_or_create(&PolicyLabels {
+                policy: policy.into(),
+            }));
+        }
+        for result in ["success", "failure"] {
+            drop(config_reloads.get_or_create(&ResultLabels {
+                result: result.into(),
+            }));
+        }
+        Metrics {
+            registry,
+            requests,
+            limit_decisions,
+            limit_hits,
+            decision_duration,
+            store_duration,
+            store_up,
+            ready,
+            config_reloads,
+            config_last_reload_success,
+            local_cache_hits,
+            store_failures,
+            refunds,
+            domains: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The counters of `domain` (a configured domain, or [`UNKNOWN_DOMAIN`]).
+    pub fn domain(&self, domain: &str) -> Arc<DomainMetrics> {
+        if let Some(d) = self.domains.read().get(domain) {
+            return d.clone();
+        }
+        let mut domains = self.domains.write();
+        domains
+            .entry(domain.to_string())
+            .or_insert_with(|| {
+                let requests = RequestCode::ALL.map(|code| {
+                    self.requests
+                        .get_or_create(&RequestLabels {
+                            domain: domain.into(),
+                            code: code.label().into(),
+                        })
+                        .clone()
+                });
+                Arc::new(DomainMetrics {
+                    name: domain.to_string(),
+                    requests,
+                    limits: RwLock::new(HashMap::new()),
+                })
+            })
+            .clone()
+    }
+
+    /// The counters of `limit` (its name, its rule path, or [`OVERRIDE_LIMIT`]) in `domain`.
+    pub fn limit(&self, domain: &DomainMetrics, limit: &str) -> Arc<LimitMetrics> {
+        if let Some(l) = domain.limits.read().get(limit) {
+            return l.clone();
+        }
+        let mut limits = domain.limits.write();
+        limits
+            .entry(limit.to_string())
+            .or_insert_with(|| {
+                let labels = |result: LimitResult| LimitLabels {
+                    domain: domain.name.clone(),
+                    limit: limit.into(),
+                    result: result.label().into(),
+                };
+                Arc::new(LimitMetrics {
+                    decisions: LimitResult::ALL
+                        .map(|r| self.limit_decisions.get_or_create(&labels(r)).clone()),
+                    hits: LimitResult::ALL
+                        .map(|r| self.limit_hits.get_or_create(&labels(r)).clone()),
+                })
+            })
+            .clone()
+    }
+
+    /// Counts a request's outcome for `domain`.
+    pub fn request(&self, domain: &DomainMetrics, code: RequestCode) {
+        let i = RequestCode::ALL
+            .iter()
+            .position(|c| *c == code)
+            .unwrap_or(0);
+        domain.requests[i].inc();
+    }
+
+    /// A Redis round trip of `op` that took `seconds`.
+    pub fn store_duration(&self, op: StoreOp, seconds: f64) {
+        let i = match op {
+            StoreOp::Decide => 0,
+            StoreOp::TakeBack => 1,
+            StoreOp::Probe => 2,
         };
-        family(
-            "tollgate_decisions_total",
-            "ShouldRateLimit calls answered, by overall code.",
-            &[
-                ("{code=\"OK\"}", get(&self.ok)),
-                ("{code=\"OVER_LIMIT\"}", get(&self.over_limit)),
-            ],
-        );
-        family(
-            "tollgate_invalid_requests_total",
-            "Calls rejected with INVALID_ARGUMENT.",
-            &[("", get(&self.invalid))],
-        );
-        family(
-            "tollgate_store_failures_total",
-            "Calls the store could not decide, by the failure mode that answered.",
-            &[
-                ("{mode=\"error\"}", get(&self.store_failure_error)),
-                ("{mode=\"allow\"}", get(&self.store_failure_allow)),
-                ("{mode=\"deny\"}", get(&self.store_failure_deny)),
-            ],
-        );
-        family(
-            "tollgate_shadow_over_limit_total",
-            "Over-limit answers turned OK by shadow mode.",
-            &[("", get(&self.shadow_over))],
-        );
-        family(
-            "tollgate_unsatisfiable_total",
-            "Descriptors whose cost exceeds what the limit can ever grant.",
-            &[("", get(&self.unsatisfiable))],
-        );
+        self.store_duration[i].observe(seconds);
+    }
+
+    /// A request the failure policy `policy` answered.
+    pub fn store_failure(&self, policy: &str) {
+        self.store_failures
+            .get_or_create(&PolicyLabels {
+                policy: policy.into(),
+            })
+            .inc();
+    }
+
+    /// A config reload attempt.
+    pub fn config_reload(&self, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.config_reloads
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
 }

@@ -21,6 +21,7 @@ use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
 use crate::config::{compile_sources, read_sources, LoadOptions, ReloadStatus, Reloader};
+use crate::metrics::Metrics;
 use crate::pb::rls::rate_limit_service_server::RateLimitServiceServer;
 use crate::service::{GrpcService, RateLimiter};
 use crate::settings::Settings;
@@ -48,6 +49,8 @@ pub struct ServerOptions {
     /// After the drain, how long in-flight calls and open streams (such as a health Watch,
     /// which never ends by itself) may take before the servers stop regardless.
     pub shutdown_grace: Duration,
+    /// Where every part of the server counts (shared with the store).
+    pub metrics: Arc<Metrics>,
 }
 
 /// A started server.
@@ -83,10 +86,12 @@ pub async fn start<S: Store>(
 ) -> anyhow::Result<Running> {
     let sources = read_sources(&opts.config_path)?;
     let config = Arc::new(ArcSwap::from_pointee(compile_sources(&sources, opts.load)?));
+    let metrics = opts.metrics.clone();
     let limiter = Arc::new(RateLimiter::new(
         config.clone(),
         store.clone(),
         opts.settings.clone(),
+        metrics.clone(),
     ));
 
     let grpc_listener = TcpListener::bind(opts.grpc_addr)
@@ -110,9 +115,10 @@ pub async fn start<S: Store>(
         shutdown.clone(),
         ready.clone(),
         reporter,
+        metrics.clone(),
     ));
-    let reload_status = Arc::new(ReloadStatus::default());
-    Reloader::loaded(&reload_status);
+    let reload_status = Arc::new(ReloadStatus::new(metrics.clone()));
+    reload_status.loaded();
     if let Some(every) = opts.reload_interval {
         let reloader = Reloader {
             path: opts.config_path.clone(),
@@ -195,10 +201,13 @@ async fn follow_readiness<S: Store>(
     shutdown: Shutdown,
     ready: Arc<AtomicBool>,
     reporter: tonic_health::server::HealthReporter,
+    metrics: Arc<Metrics>,
 ) {
     let mut shown: Option<bool> = None;
     loop {
-        let now_ready = store.is_ready() && !shutdown.is_triggered();
+        let store_up = store.is_ready();
+        metrics.store_up.set(i64::from(store_up));
+        let now_ready = store_up && !shutdown.is_triggered();
         if shown != Some(now_ready) {
             let status = if now_ready {
                 ServingStatus::Serving
@@ -209,6 +218,7 @@ async fn follow_readiness<S: Store>(
                 reporter.set_service_status(name, status).await;
             }
             ready.store(now_ready, Ordering::SeqCst);
+            metrics.ready.set(i64::from(now_ready));
             tracing::info!(ready = now_ready, "readiness changed");
             shown = Some(now_ready);
         }

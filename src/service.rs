@@ -11,18 +11,20 @@
 //! [`respond`]: crate::respond
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
 use crate::config::Config;
 use crate::decision::{self, assemble, Code, Decision};
-use crate::metrics::{inc, Metrics};
+use crate::log_throttle;
+use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
 use crate::pb::rls::rate_limit_service_server::RateLimitService;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use crate::plan::{plan, Plan};
+use crate::plan::{plan, Plan, Role};
 use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
-use crate::store::{ApplyMode, Store};
+use crate::store::{ApplyMode, ChargeOutcome, Store};
 use crate::validate::validate;
 
 /// The gRPC face of a [`RateLimiter`].
@@ -70,13 +72,31 @@ impl<S: Store> RateLimiter<S> {
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, CallError> {
+        let started = Instant::now();
+        let config = self.config.load_full();
+        let known = config.domains.contains_key(&req.domain);
+        let domain = self
+            .metrics
+            .domain(if known { &req.domain } else { UNKNOWN_DOMAIN });
+        let result = self.decide(req, &config, &domain).await;
+        self.metrics
+            .decision_duration
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn decide(
+        &self,
+        req: &RateLimitRequest,
+        config: &Config,
+        domain: &DomainMetrics,
+    ) -> Result<RateLimitResponse, CallError> {
         let invalid = |m: String| {
-            inc(&self.metrics.invalid);
+            self.metrics.request(domain, RequestCode::Invalid);
             CallError::InvalidArgument(m)
         };
         validate(req, &self.settings.bounds).map_err(invalid)?;
-        let config = self.config.load_full();
-        let plan = plan(&config, req).map_err(|e| invalid(e.0))?;
+        let plan = plan(config, req).map_err(|e| invalid(e.0))?;
         let mode = ApplyMode {
             count_rejected: self.settings.count_rejected,
         };
@@ -85,11 +105,11 @@ impl<S: Store> RateLimiter<S> {
         } else {
             match self.store.apply(&plan, mode).await {
                 Ok(o) => o,
-                Err(e) => return self.on_store_failure(req, &plan, e.0),
+                Err(e) => return self.on_store_failure(req, &plan, domain, e.0),
             }
         };
         let decision = assemble(&plan, &outcomes, self.settings.global_shadow);
-        self.observe(req, &decision);
+        self.observe(req, &plan, &outcomes, &decision, domain);
         Ok(response(&self.settings, req, &plan, &decision, None))
     }
 
@@ -98,61 +118,81 @@ impl<S: Store> RateLimiter<S> {
         &self,
         req: &RateLimitRequest,
         plan: &Plan<'_>,
+        domain: &DomainMetrics,
         error: String,
     ) -> Result<RateLimitResponse, CallError> {
         let policy = self.settings.failure_mode;
-        tracing::warn!(%error, policy = policy.name(), "store failed");
-        let m = &self.metrics;
+        if let Some(suppressed) = log_throttle::due("store_failed") {
+            tracing::warn!(%error, policy = policy.name(), suppressed, "store failed");
+        }
+        self.metrics.store_failure(policy.name());
         let allow = match policy {
             FailureMode::Error => {
-                inc(&m.store_failure_error);
+                self.metrics.request(domain, RequestCode::Unavailable);
                 return Err(CallError::Unavailable(format!(
                     "rate limit store unavailable: {error}"
                 )));
             }
-            FailureMode::Allow => {
-                inc(&m.store_failure_allow);
-                true
-            }
-            FailureMode::Deny => {
-                inc(&m.store_failure_deny);
-                false
-            }
+            FailureMode::Allow => true,
+            FailureMode::Deny => false,
         };
         let decision = decision::on_store_failure(plan, allow, self.settings.global_shadow);
-        self.observe(req, &decision);
+        let code = match decision.overall {
+            Code::Ok => RequestCode::Ok,
+            Code::OverLimit => RequestCode::OverLimit,
+        };
+        self.metrics.request(domain, code);
         Ok(response(&self.settings, req, plan, &decision, Some(policy)))
     }
 
-    /// Counts the answer (and logs costs no limit can ever grant).
-    fn observe(&self, req: &RateLimitRequest, decision: &Decision<'_>) {
-        let m = &self.metrics;
-        inc(match decision.overall {
-            Code::Ok => &m.ok,
-            Code::OverLimit => &m.over_limit,
-        });
-        if decision.shadowed {
-            inc(&m.shadow_over);
+    /// Counts the answer per request and per limit (and logs costs no limit can ever grant).
+    fn observe(
+        &self,
+        req: &RateLimitRequest,
+        plan: &Plan<'_>,
+        outcomes: &[ChargeOutcome],
+        decision: &Decision<'_>,
+        domain: &DomainMetrics,
+    ) {
+        let code = match decision.overall {
+            Code::Ok => RequestCode::Ok,
+            Code::OverLimit => RequestCode::OverLimit,
+        };
+        self.metrics.request(domain, code);
+        for (c, o) in plan.charges.iter().zip(outcomes) {
+            let capacity = c.limit.params.capacity();
+            let used = capacity.saturating_sub(o.remaining);
+            let result = LimitResult::of(o.allowed, c.role == Role::Shadow, used, capacity);
+            self.metrics
+                .limit(domain, &c.limit.metric_label)
+                .observe(result, c.cost);
         }
         for (i, s) in decision.statuses.iter().enumerate() {
             if s.unsatisfiable {
-                inc(&m.unsatisfiable);
-                tracing::info!(
-                    domain = %req.domain,
-                    descriptor = i,
-                    limit = s.limit.map_or("", |l| l.name.as_str()),
-                    "cost exceeds what the limit can ever grant"
-                );
+                if let Some(suppressed) = log_throttle::due("unsatisfiable") {
+                    tracing::info!(
+                        domain = %req.domain,
+                        descriptor = i,
+                        limit = s.limit.map_or("", |l| l.name.as_str()),
+                        suppressed,
+                        "cost exceeds what the limit can ever grant"
+                    );
+                }
             }
         }
     }
 
-    pub fn new(config: Arc<ArcSwap<Config>>, store: Arc<S>, settings: Settings) -> Self {
+    pub fn new(
+        config: Arc<ArcSwap<Config>>,
+        store: Arc<S>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         RateLimiter {
             config,
             store,
             settings,
-            metrics: Arc::default(),
+            metrics,
         }
     }
 

@@ -72,6 +72,9 @@ fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(),
             continue;
         }
         let mut limit = compile_limit(rl, replaces).map_err(|m| at(&m))?;
+        if limit.metric_label.is_empty() {
+            limit.metric_label = full_key.clone();
+        }
         if !suffixes.insert(limit.key_suffix.clone()) {
             limit.key_suffix.push_str(&format!("#{i}"));
             suffixes.insert(limit.key_suffix.clone());

@@ -8,22 +8,36 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use super::{compile_sources, read_sources, Config, LoadOptions};
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// What the reloader last did, for `/rlconfig` and metrics.
-#[derive(Debug, Default)]
 pub struct ReloadStatus {
     generation: AtomicU64,
     last_error: Mutex<Option<String>>,
+    metrics: Arc<Metrics>,
 }
 
 impl ReloadStatus {
+    pub fn new(metrics: Arc<Metrics>) -> ReloadStatus {
+        ReloadStatus {
+            generation: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    /// Marks the initial load (generation 1).
+    pub fn loaded(&self) {
+        self.record(Ok(()));
+    }
+
     /// Attempts so far, counting the initial load as 1.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
@@ -36,6 +50,13 @@ impl ReloadStatus {
 
     /// Records one attempt; a rejection is logged once until the error changes.
     fn record(&self, result: Result<(), String>) {
+        self.metrics.config_reload(result.is_ok());
+        if result.is_ok() {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            self.metrics.config_last_reload_success.set(now);
+        }
         let mut last = self.last_error.lock();
         let new = result.err();
         if let Some(error) = new.as_ref().filter(|e| last.as_ref() != Some(*e)) {
@@ -56,11 +77,6 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// Marks the initial load (generation 1).
-    pub fn loaded(status: &ReloadStatus) {
-        status.record(Ok(()));
-    }
-
     /// Runs until shutdown. `current` is the text the running config was built from.
     pub async fn run(self, mut current: Vec<(String, String)>, shutdown: Shutdown) {
         loop {
@@ -76,6 +92,12 @@ impl Reloader {
                 }
             };
             if sources == current {
+                // Still the files last rejected: that is another failed attempt (an alert on
+                // failing reloads keeps firing while they stay broken).
+                if self.status.last_error().is_some() {
+                    self.status
+                        .record(Err(self.status.last_error().unwrap_or_default()));
+                }
                 continue;
             }
             match compile_sources(&sources, self.load) {

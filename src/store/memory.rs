@@ -20,6 +20,7 @@ use super::{ApplyMode, ChargeOutcome, Store, StoreError};
 use crate::algorithm::batch::{self, BatchCharge, BatchMode, Counter};
 use crate::algorithm::{expires_at, refresh, refund, Landing, State};
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 use crate::plan::Plan;
 
 const SHARDS: usize = 64;
@@ -38,6 +39,7 @@ pub struct MemoryStore {
     hasher: RandomState,
     clock: Arc<dyn Clock>,
     last_sweep_us: AtomicU64,
+    metrics: Arc<Metrics>,
 }
 
 impl Store for MemoryStore {
@@ -117,7 +119,14 @@ impl MemoryStore {
             hasher: RandomState::new(),
             clock,
             last_sweep_us: AtomicU64::new(0),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Counts into `metrics` (take-backs).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> MemoryStore {
+        self.metrics = metrics;
+        self
     }
 
     fn shard_of(&self, key: &str) -> usize {
@@ -160,6 +169,7 @@ impl MemoryStore {
                     }
                 }
                 Next::TakeBack(undos) => {
+                    self.metrics.refunds.inc_by(undos.len() as u64);
                     for (gi, undo) in undos {
                         let answer = take_back(&mut locked, &placed, gi, &undo, now, mode);
                         protocol.record(gi, answer);

@@ -145,6 +145,7 @@ impl RedisSetup {
                 timeout: self.timeout,
                 clock: self.clock,
                 local_cache_size: self.local_cache_size,
+                metrics: Arc::default(),
             },
             self.wall,
         )
@@ -200,7 +201,12 @@ pub async fn store(kind: StoreKind, clock: &ManualClock) -> Arc<AnyStore> {
 pub fn limiter<S: Store>(yaml: &str, settings: Settings, store: Arc<S>) -> RateLimiter<S> {
     let config = compile_sources(&[("test.yaml".into(), yaml.into())], LoadOptions::default())
         .unwrap_or_else(|e| panic!("test config does not compile: {e}\n{yaml}"));
-    RateLimiter::new(Arc::new(ArcSwap::from_pointee(config)), store, settings)
+    RateLimiter::new(
+        Arc::new(ArcSwap::from_pointee(config)),
+        store,
+        settings,
+        Arc::default(),
+    )
 }
 
 /// Runs `suite` once per store kind, each on a thread of its own (Redis fixtures start

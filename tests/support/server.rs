@@ -183,6 +183,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         reload_interval: opts.reload_interval,
         drain_delay: opts.drain_delay,
         shutdown_grace: Duration::from_secs(2),
+        metrics: Arc::default(),
     };
     let running = bounded(
         "server::start",

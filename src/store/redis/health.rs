@@ -10,6 +10,7 @@ use fred::prelude::*;
 use fred::types::config::Options;
 
 use super::Inner;
+use crate::metrics::StoreOp;
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;
@@ -51,6 +52,15 @@ impl Inner {
             cluster_node: server,
             ..Default::default()
         };
+        let started = std::time::Instant::now();
+        let up = self.ping_every_primary(&opts).await;
+        self.opts
+            .metrics
+            .store_duration(StoreOp::Probe, started.elapsed().as_secs_f64());
+        up
+    }
+
+    async fn ping_every_primary(&self, opts: &impl Fn(Option<Server>) -> Options) -> bool {
         if !self.client.is_clustered() {
             let pong: Result<String, Error> =
                 self.client.with_options(&opts(None)).ping(None).await;

@@ -36,6 +36,7 @@ use super::protocol::{Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
 use crate::clock::Clock;
 use crate::decision::Verdict;
+use crate::metrics::{Metrics, StoreOp};
 use crate::plan::Plan;
 
 /// The format of keys and stored state; part of every key, so a tollgate that changes the
@@ -68,6 +69,8 @@ pub struct RedisOptions {
     pub clock: ClockSource,
     /// Entries in the local over-limit cache; 0 disables it.
     pub local_cache_size: usize,
+    /// Where the store counts (round trips, take-backs, cache hits).
+    pub metrics: Arc<Metrics>,
 }
 
 pub struct RedisStore {
@@ -116,7 +119,10 @@ impl Store for RedisStore {
         let mut dry_first = false;
         if !mode.count_rejected {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
-                Lookup::AllExhausted(outcomes) => return Ok(outcomes),
+                Lookup::AllExhausted(outcomes) => {
+                    inner.opts.metrics.local_cache_hits.inc();
+                    return Ok(outcomes);
+                }
                 Lookup::SomeExhausted => dry_first = true,
                 Lookup::Miss => {}
             }
@@ -229,6 +235,7 @@ impl Inner {
     ) -> Result<script::Reply, StoreError> {
         let g = &call.placed.groups[gi];
         let quota = call.placed.quota_descriptors;
+        let started = std::time::Instant::now();
         let reply = eval(
             &self.client,
             &self.call_options(),
@@ -236,8 +243,17 @@ impl Inner {
             call.retry_until,
             || args(g, &call.placed.specs, &call.now, mode, quota, undo),
         )
-        .await?;
-        parse_reply(g, &reply)
+        .await;
+        let op = if mode == Mode::TakeBack {
+            self.opts.metrics.refunds.inc();
+            StoreOp::TakeBack
+        } else {
+            StoreOp::Decide
+        };
+        self.opts
+            .metrics
+            .store_duration(op, started.elapsed().as_secs_f64());
+        parse_reply(g, &reply?)
     }
 
     /// Decides the request by the protocol. On an error, takes back what landed and reports
