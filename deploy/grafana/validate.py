@@ -148,9 +148,9 @@ def main():
     dash_exprs = check_dashboard(dashboard)
     rule_exprs = check_rules(rules)
     check_metric_names(dash_exprs + rule_exprs)
-    # The README's PrometheusRule: the file indented under `spec:`.
+    # The README's PrometheusRule: every line of the file indented under `spec:` (sed 's/^/  /').
     cr = yaml.safe_load(PROMETHEUS_RULE_HEAD + "".join(
-        "  " + line if line.strip() else line for line in RULES.read_text().splitlines(True)))
+        "  " + line for line in RULES.read_text().splitlines(True)))
     if cr.get("spec") != rules or cr.get("kind") != "PrometheusRule":
         fail("the rules indented under spec: do not form a PrometheusRule with these groups")
     parsers = []
