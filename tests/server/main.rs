@@ -6,3 +6,4 @@ mod support;
 
 mod config_validation;
 mod grpc;
+mod metrics;
