@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::settings::FailureMode;
+use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -18,6 +19,15 @@ pub struct Cli {
     /// Log filter (tracing-subscriber syntax), e.g. `info` or `tollgate=debug`.
     #[arg(long, global = true, env = "TOLLGATE_LOG", default_value = "info")]
     pub log: String,
+    /// How log lines are written: `text`, or `json` (one object per line).
+    #[arg(
+        long,
+        global = true,
+        env = "TOLLGATE_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormatArg,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -145,6 +155,22 @@ impl From<FailureModeArg> for FailureMode {
             FailureModeArg::Error => FailureMode::Error,
             FailureModeArg::Allow => FailureMode::Allow,
             FailureModeArg::Deny => FailureMode::Deny,
+        }
+    }
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(a: LogFormatArg) -> LogFormat {
+        match a {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
         }
     }
 }

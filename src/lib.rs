@@ -24,4 +24,5 @@ pub mod service;
 pub mod settings;
 pub mod shutdown;
 pub mod store;
+pub mod telemetry;
 pub mod validate;

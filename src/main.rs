@@ -15,6 +15,7 @@ use tollgate::settings::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
+use tollgate::telemetry;
 use tollgate::validate::Bounds;
 
 /// mimalloc: fewer cycles in malloc/free on the request path than the system allocator.
@@ -23,14 +24,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if let Err(e) = telemetry::init_logs(&cli.log, cli.log_format.into()) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -77,6 +74,7 @@ fn duration_flag(name: &str, value: &str) -> anyhow::Result<Option<Duration>> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let _traces = telemetry::init_traces().map_err(anyhow::Error::msg)?;
     let settings = Settings {
         count_rejected: args.count_rejected,
         global_shadow: args.shadow_mode,

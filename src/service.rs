@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use opentelemetry::context::FutureExt;
+use opentelemetry::KeyValue;
 
 use crate::config::Config;
 use crate::decision::{self, assemble, Code, Decision};
@@ -25,6 +27,7 @@ use crate::plan::{plan, Plan, Role};
 use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
 use crate::store::{ApplyMode, ChargeOutcome, Store};
+use crate::telemetry;
 use crate::validate::validate;
 
 /// The gRPC face of a [`RateLimiter`].
@@ -36,9 +39,37 @@ impl<S: Store> RateLimitService for GrpcService<S> {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let span = telemetry::request_span(request.metadata());
         let req = request.into_inner();
-        let resp = self.0.should_rate_limit(&req).await?;
-        Ok(tonic::Response::new(resp))
+        let resp = match &span {
+            Some(cx) => {
+                self.0
+                    .should_rate_limit(&req)
+                    .with_context(cx.clone())
+                    .await
+            }
+            None => self.0.should_rate_limit(&req).await,
+        };
+        telemetry::end(span, || match &resp {
+            Ok(_) => vec![KeyValue::new("rpc.grpc.status_code", 0)],
+            Err(e) => vec![
+                KeyValue::new(
+                    "rpc.grpc.status_code",
+                    tonic::Status::from(e.clone()).code() as i64,
+                ),
+                KeyValue::new("error.type", e.to_string()),
+            ],
+        });
+        Ok(tonic::Response::new(resp?))
+    }
+}
+
+/// The domain as spans and metrics name it: configured, or `__unknown__`.
+fn domain_label(config: &Config, req: &RateLimitRequest) -> String {
+    if config.domains.contains_key(&req.domain) {
+        req.domain.clone()
+    } else {
+        UNKNOWN_DOMAIN.to_string()
     }
 }
 
@@ -110,6 +141,21 @@ impl<S: Store> RateLimiter<S> {
         };
         let decision = assemble(&plan, &outcomes, self.settings.global_shadow);
         self.observe(req, &plan, &outcomes, &decision, domain);
+        telemetry::annotate(|| {
+            vec![
+                KeyValue::new("tollgate.domain", domain_label(config, req)),
+                KeyValue::new("tollgate.descriptors", req.descriptors.len() as i64),
+                KeyValue::new("tollgate.charges", plan.charges.len() as i64),
+                KeyValue::new(
+                    "tollgate.overall_code",
+                    match decision.overall {
+                        Code::Ok => "OK",
+                        Code::OverLimit => "OVER_LIMIT",
+                    },
+                ),
+                KeyValue::new("tollgate.store", self.store.name()),
+            ]
+        });
         Ok(response(&self.settings, req, &plan, &decision, None))
     }
 

@@ -51,6 +51,10 @@ impl Store for MemoryStore {
         Ok(self.apply_now(plan, mode))
     }
 
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
     async fn maintain(&self) {
         let now = self.clock.now_us();
         let last = self.last_sweep_us.load(Ordering::Relaxed);

@@ -32,6 +32,9 @@ pub trait Store: Send + Sync + 'static {
         mode: ApplyMode,
     ) -> impl Future<Output = Result<Vec<ChargeOutcome>, StoreError>> + Send;
 
+    /// What kind of store this is, for spans and logs (`memory`, `redis`).
+    fn name(&self) -> &'static str;
+
     /// Whether the store can take requests now (readiness).
     fn is_ready(&self) -> bool {
         true

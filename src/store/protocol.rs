@@ -29,6 +29,18 @@ pub enum Mode {
     TakeBack = 3,
 }
 
+impl Mode {
+    /// How spans and logs name the mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Decide => "decide",
+            Mode::CountRejected => "count_rejected",
+            Mode::DryRun => "dry_run",
+            Mode::TakeBack => "take_back",
+        }
+    }
+}
+
 /// Per charge of a group being taken back: what was decided, what it left, and whether to
 /// take that back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

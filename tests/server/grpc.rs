@@ -131,6 +131,10 @@ struct GatedStore {
 }
 
 impl Store for GatedStore {
+    fn name(&self) -> &'static str {
+        "gated"
+    }
+
     async fn apply(
         &self,
         plan: &Plan<'_>,
@@ -559,6 +563,10 @@ async fn global_shadow_mode_reports_over_limit_but_answers_ok() {
 struct DownStore;
 
 impl Store for DownStore {
+    fn name(&self) -> &'static str {
+        "down"
+    }
+
     async fn apply(&self, _: &Plan<'_>, _: ApplyMode) -> Result<Vec<ChargeOutcome>, StoreError> {
         Err(StoreError("connection refused".into()))
     }

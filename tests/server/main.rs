@@ -7,3 +7,4 @@ mod support;
 mod config_validation;
 mod grpc;
 mod metrics;
+mod tracing;

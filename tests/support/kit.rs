@@ -64,6 +64,13 @@ impl Store for AnyStore {
         }
     }
 
+    fn name(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(s) => s.name(),
+            AnyStore::Redis(s) => s.name(),
+        }
+    }
+
     fn is_ready(&self) -> bool {
         match self {
             AnyStore::Memory(s) => s.is_ready(),

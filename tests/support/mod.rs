@@ -3,6 +3,7 @@
 //! every store ([`kit`]), and children that die with the test binary ([`process`]).
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod kit;
 pub mod process;
 pub mod redis;

@@ -38,6 +38,9 @@ use crate::clock::Clock;
 use crate::decision::Verdict;
 use crate::metrics::{Metrics, StoreOp};
 use crate::plan::Plan;
+use crate::telemetry;
+use opentelemetry::context::FutureExt;
+use opentelemetry::KeyValue;
 
 /// The format of keys and stored state; part of every key, so a tollgate that changes the
 /// format never reads another format's state (during a rolling upgrade both count apart).
@@ -130,7 +133,8 @@ impl Store for RedisStore {
         let deadline = Instant::now() + inner.opts.timeout;
         let (tx, rx) = oneshot::channel();
         let task = inner.clone();
-        tokio::spawn(async move {
+        let trace = opentelemetry::Context::current();
+        let decision = async move {
             match task.decide(&placed, mode, dry_first, deadline).await {
                 Ok(decided) => {
                     task.cache
@@ -144,7 +148,8 @@ impl Store for RedisStore {
                     let _ = tx.send(Err(e));
                 }
             }
-        });
+        };
+        tokio::spawn(decision.with_context(trace));
         match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(result)) => result.map(|d| d.outcomes),
             Ok(Err(_)) => Err(StoreError("redis decision task failed".into())),
@@ -153,6 +158,10 @@ impl Store for RedisStore {
                 inner.opts.timeout
             ))),
         }
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
     }
 
     fn is_ready(&self) -> bool {
@@ -235,6 +244,16 @@ impl Inner {
     ) -> Result<script::Reply, StoreError> {
         let g = &call.placed.groups[gi];
         let quota = call.placed.quota_descriptors;
+        let span = telemetry::child(
+            "redis EVALSHA",
+            vec![
+                KeyValue::new("db.system", "redis"),
+                KeyValue::new("tollgate.group", gi as i64),
+                KeyValue::new("tollgate.keys", g.keys.len() as i64),
+                KeyValue::new("tollgate.charges", g.charges.len() as i64),
+                KeyValue::new("tollgate.mode", mode.name()),
+            ],
+        );
         let started = std::time::Instant::now();
         let reply = eval(
             &self.client,
@@ -253,7 +272,19 @@ impl Inner {
         self.opts
             .metrics
             .store_duration(op, started.elapsed().as_secs_f64());
-        parse_reply(g, &reply?)
+        let parsed = reply.and_then(|r| parse_reply(g, &r));
+        telemetry::end(span, || match &parsed {
+            Ok(r) => {
+                let denied = r.answer.iter().filter(|(o, _)| !o.allowed).count();
+                let landed = r.answer.iter().filter(|(_, l)| l.added > 0).count();
+                vec![
+                    KeyValue::new("tollgate.denied", denied as i64),
+                    KeyValue::new("tollgate.landed", landed as i64),
+                ]
+            }
+            Err(e) => vec![KeyValue::new("error.type", e.to_string())],
+        });
+        parsed
     }
 
     /// Decides the request by the protocol. On an error, takes back what landed and reports

@@ -1,0 +1,135 @@
+//! The `tollgate` binary as a child process: started with chosen arguments and environment,
+//! waited for until its admin port answers, killed with the test (and when the test binary
+//! dies, see [`super::process`]).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::process::die_with_parent;
+use super::server::http_client;
+
+/// The binary Cargo built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// A running `tollgate` process.
+pub struct Binary {
+    pub child: Child,
+    /// `http://host:port` of its gRPC listener.
+    pub grpc_url: String,
+    /// `http://host:port` of its admin listener.
+    pub http_url: String,
+    /// What it wrote to stderr so far is kept here when `keep_logs` was set.
+    pub log_path: Option<std::path::PathBuf>,
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// How to start the binary.
+pub struct Start<'a> {
+    /// The program to run (`BIN`, or a symlink to it).
+    pub program: &'a Path,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Drop the parent's environment first (only `PATH` stays).
+    pub clear_env: bool,
+    /// The gRPC and admin ports the process will listen on (for the readiness wait).
+    pub grpc_port: u16,
+    pub http_port: u16,
+    /// Write stderr to this file instead of discarding it.
+    pub log_path: Option<std::path::PathBuf>,
+}
+
+impl Binary {
+    /// Starts the process and waits (up to 15 s) until `GET /healthz` answers.
+    pub async fn start(start: Start<'_>) -> Binary {
+        let mut command = std::process::Command::new(start.program);
+        command.args(&start.args);
+        if start.clear_env {
+            command.env_clear();
+            if let Some(path) = std::env::var_os("PATH") {
+                command.env("PATH", path);
+            }
+        }
+        command.envs(start.env.iter().map(|(k, v)| (k, v)));
+        command.stdin(Stdio::null()).stdout(Stdio::null());
+        match &start.log_path {
+            Some(p) => {
+                let file = std::fs::File::create(p).expect("log file");
+                command.stderr(file);
+            }
+            None => {
+                command.stderr(Stdio::null());
+            }
+        }
+        die_with_parent(&mut command);
+        let mut command = Command::from(command);
+        command.kill_on_drop(true);
+        let child = command.spawn().expect("start tollgate");
+        let mut binary = Binary {
+            child,
+            grpc_url: format!("http://127.0.0.1:{}", start.grpc_port),
+            http_url: format!("http://127.0.0.1:{}", start.http_port),
+            log_path: start.log_path,
+        };
+        binary.wait_admin().await;
+        binary
+    }
+
+    async fn wait_admin(&mut self) {
+        let http = http_client();
+        let url = format!("{}/healthz", self.http_url);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(resp) = http.get(&url).send().await {
+                if resp.status() == 200 {
+                    return;
+                }
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("tollgate exited early ({status}); log: {}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{url} never answered; log: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits (up to 15 s) until `GET /readyz` answers 200.
+    pub async fn wait_ready(&mut self) {
+        let http = http_client();
+        let url = format!("{}/readyz", self.http_url);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(resp) = http.get(&url).send().await {
+                if resp.status() == 200 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{url} never answered 200; log: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// What the process wrote to stderr (when it was kept).
+    pub fn log(&self) -> String {
+        self.log_path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+    }
+}
