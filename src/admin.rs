@@ -46,11 +46,25 @@ async fn healthcheck<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response
     }
 }
 
+/// Readiness with its reason: `NOT READY: redis 127.0.0.1:6390: connection refused`; a ready
+/// store with a risk adds a `warning:` line.
 async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
+    let store = st.limiter.store();
     if st.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "OK").into_response()
+        let body = match store.warning() {
+            Some(w) => format!("OK\nwarning: {w}\n"),
+            None => "OK\n".to_string(),
+        };
+        (StatusCode::OK, body).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "NOT READY").into_response()
+        let reason = store
+            .reason()
+            .unwrap_or_else(|| "shutting down".to_string());
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("NOT READY: {reason}\n"),
+        )
+            .into_response()
     }
 }
 

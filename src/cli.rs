@@ -124,6 +124,23 @@ pub struct ServeArgs {
     /// redis-sentinel://host:port[,host:port…]/service[/db].
     #[arg(long, env = "TOLLGATE_REDIS_URL")]
     pub redis_url: Option<String>,
+    /// TLS (`rediss://`): trust this CA certificate (PEM) instead of the system's roots.
+    #[arg(long, env = "TOLLGATE_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// TLS: present this client certificate (PEM) for mutual TLS; needs --redis-client-key.
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CLIENT_CERT",
+        requires = "redis_client_key"
+    )]
+    pub redis_client_cert: Option<PathBuf>,
+    /// TLS: the client certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "TOLLGATE_REDIS_CLIENT_KEY",
+        requires = "redis_client_cert"
+    )]
+    pub redis_client_key: Option<PathBuf>,
     /// File holding the Redis password (overrides one in the URL; never logged).
     #[arg(long, env = "TOLLGATE_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,

@@ -140,6 +140,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 },
                 local_cache_size: args.local_cache_size,
                 metrics,
+                ca_file: args.redis_ca_file.clone(),
+                client_cert: args
+                    .redis_client_cert
+                    .clone()
+                    .zip(args.redis_client_key.clone()),
             };
             let store =
                 RedisStore::connect(redis, Arc::new(SystemClock)).map_err(anyhow::Error::msg)?;

@@ -176,6 +176,8 @@ pub struct Metrics {
     /// `tollgate_store_duration_seconds` by [`StoreOp`], created up front.
     store_duration: [Histogram; 3],
     pub store_up: Gauge,
+    /// 1 when a Redis primary's `maxmemory-policy` can evict live counters.
+    pub store_eviction_risk: Gauge,
     pub ready: Gauge,
     config_reloads: Family<ResultLabels, Counter>,
     pub config_last_reload_success: Gauge<f64, AtomicU64>,
@@ -254,6 +256,12 @@ impl Metrics {
             "1 when the store answers (every Redis primary), else 0",
             store_up.clone(),
         );
+        let store_eviction_risk = Gauge::default();
+        registry.register(
+            "tollgate_store_eviction_risk",
+            "1 when a Redis primary's maxmemory-policy is not noeviction: live counters can be evicted (over-admission)",
+            store_eviction_risk.clone(),
+        );
         let ready = Gauge::default();
         registry.register(
             "tollgate_ready",
@@ -309,6 +317,7 @@ impl Metrics {
             decision_duration,
             store_duration,
             store_up,
+            store_eviction_risk,
             ready,
             config_reloads,
             config_last_reload_success,

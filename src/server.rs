@@ -219,7 +219,10 @@ async fn follow_readiness<S: Store>(
             }
             ready.store(now_ready, Ordering::SeqCst);
             metrics.ready.set(i64::from(now_ready));
-            tracing::info!(ready = now_ready, "readiness changed");
+            match store.reason().filter(|_| !now_ready) {
+                Some(reason) => tracing::warn!(ready = now_ready, %reason, "readiness changed"),
+                None => tracing::info!(ready = now_ready, "readiness changed"),
+            }
             shown = Some(now_ready);
         }
         tokio::select! {

@@ -175,8 +175,12 @@ impl<S: Store> RateLimiter<S> {
         let allow = match policy {
             FailureMode::Error => {
                 self.metrics.request(domain, RequestCode::Unavailable);
+                let why = match self.store.reason() {
+                    Some(reason) => format!("{error} ({reason})"),
+                    None => error,
+                };
                 return Err(CallError::Unavailable(format!(
-                    "rate limit store unavailable: {error}"
+                    "rate limit store unavailable: {why}"
                 )));
             }
             FailureMode::Allow => true,

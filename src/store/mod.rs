@@ -40,6 +40,16 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
+    /// Why the store is not ready, for people (`redis 127.0.0.1:6390: connection refused`).
+    fn reason(&self) -> Option<String> {
+        None
+    }
+
+    /// A risk worth showing while ready (an evicting Redis).
+    fn warning(&self) -> Option<String> {
+        None
+    }
+
     /// Periodic upkeep (reclaiming expired counters, probing connections).
     fn maintain(&self) -> impl Future<Output = ()> + Send {
         async {}

@@ -127,6 +127,9 @@ pub struct RedisSetup {
     /// The instance clock (local over-limit cache).
     pub wall: Arc<dyn Clock>,
     pub local_cache_size: usize,
+    /// TLS: the CA to trust, and a client certificate and key.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl RedisSetup {
@@ -139,6 +142,8 @@ impl RedisSetup {
             clock: ClockSource::Local(Arc::new(clock.clone())),
             wall: Arc::new(clock.clone()),
             local_cache_size: 1000,
+            ca_file: None,
+            client_cert: None,
         }
     }
 
@@ -153,6 +158,8 @@ impl RedisSetup {
                 clock: self.clock,
                 local_cache_size: self.local_cache_size,
                 metrics: Arc::default(),
+                ca_file: self.ca_file,
+                client_cert: self.client_cert,
             },
             self.wall,
         )

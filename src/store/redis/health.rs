@@ -1,7 +1,12 @@
 //! Keeping the Redis store healthy: readiness from a ping to every primary, cluster topology
-//! re-synced periodically and whenever a primary stops answering, scripts reloaded whenever the
-//! primaries change. The server's upkeep task calls `upkeep` (through `Store::maintain`) about
+//! re-synced periodically and whenever a primary stops answering (from any node ever seen, not
+//! only the URL's seeds), scripts reloaded whenever the primaries change, and the eviction
+//! policy checked. The server's upkeep task calls `upkeep` (through `Store::maintain`) about
 //! twice a second.
+//!
+//! When Redis is not reachable the store keeps a short reason a person can act on
+//! (`redis 127.0.0.1:6390: connection refused`), shown on `/readyz`, in logs and in the gRPC
+//! error of a call the failure policy answered.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -10,41 +15,100 @@ use fred::prelude::*;
 use fred::types::config::Options;
 
 use super::Inner;
+use crate::log_throttle;
 use crate::metrics::StoreOp;
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;
 
+/// Upkeep rounds between eviction-policy checks (about a minute).
+const EVICTION_EVERY_TICKS: u64 = 120;
+
 /// How long one health ping may take.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// A short, actionable description of a Redis error.
+pub fn describe(e: &Error, server: Option<&Server>, fallback_host: &str) -> String {
+    let host = server.map_or_else(
+        || fallback_host.to_string(),
+        |s| format!("{}:{}", s.host, s.port),
+    );
+    let details = e.details().to_ascii_lowercase();
+    let cause = match e.kind() {
+        _ if details.contains("connection refused") => "connection refused".to_string(),
+        _ if details.contains("lookup") || details.contains("name or service not known") => {
+            "DNS lookup failed".to_string()
+        }
+        _ if details.contains("wrongpass")
+            || details.contains("noauth")
+            || details.contains("invalid username-password") =>
+        {
+            "authentication failed".to_string()
+        }
+        ErrorKind::Auth => "authentication failed".to_string(),
+        ErrorKind::Tls => format!("TLS failed: {}", e.details()),
+        _ if details.contains("certificate") || details.contains("tls") => {
+            format!("TLS failed: {}", e.details())
+        }
+        ErrorKind::Timeout => "timed out".to_string(),
+        _ if details.contains("clusterdown") => "cluster not ready".to_string(),
+        _ if details.contains("timed out") || details.contains("timeout") => {
+            "timed out".to_string()
+        }
+        _ => e.details().to_string(),
+    };
+    format!("redis {host}: {cause}")
+}
+
 impl Inner {
     /// One upkeep round: probe, re-sync the topology when due, reload scripts after changes,
-    /// and publish readiness.
+    /// check the eviction policy, and publish readiness.
     pub(super) async fn upkeep(&self) {
         let was = self.ready.load(Ordering::Relaxed);
         let primaries_before = self.primaries();
-        let now = self.probe().await;
+        let probed = self.probe().await;
         // Topology: re-synced when a primary fails to answer (in `probe`), on MOVED (by fred),
         // and periodically here; scripts are loaded again whenever the primaries changed.
         let ticks = self.ticks.fetch_add(1, Ordering::Relaxed);
         if self.client.is_clustered() && ticks.is_multiple_of(SYNC_EVERY_TICKS) {
             let _ = tokio::time::timeout(Duration::from_secs(1), self.client.sync_cluster()).await;
         }
+        let now = probed.is_ok();
         if now && (!was || self.primaries() != primaries_before) {
             self.load_scripts().await;
         }
-        if now && !was {
-            tracing::info!("redis reachable");
-        } else if !now && was {
-            tracing::warn!("redis unreachable");
+        if now && (!was || ticks.is_multiple_of(EVICTION_EVERY_TICKS)) {
+            self.check_eviction_policy().await;
         }
+        match &probed {
+            Ok(()) if !was => tracing::info!("redis reachable"),
+            Err(reason) if was => tracing::warn!(%reason, "redis unreachable"),
+            Err(reason) => {
+                if let Some(suppressed) = log_throttle::due("redis_unreachable") {
+                    tracing::warn!(%reason, suppressed, "redis still unreachable");
+                }
+            }
+            Ok(()) => {}
+        }
+        if now {
+            *self.connection_error.lock() = None;
+        }
+        *self.reason.lock() = probed.err();
         self.ready.store(now, Ordering::Relaxed);
         self.cache.sweep(self.wall.now_us());
     }
 
-    /// Pings every primary; re-syncs the topology when one does not answer.
-    async fn probe(&self) -> bool {
+    /// Pings every primary; re-syncs the topology when one does not answer. The error is why.
+    async fn probe(&self) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        let up = self.ping_every_primary().await;
+        self.opts
+            .metrics
+            .store_duration(StoreOp::Probe, started.elapsed().as_secs_f64());
+        up
+    }
+
+    async fn ping_every_primary(&self) -> Result<(), String> {
         let opts = |server: Option<Server>| Options {
             timeout: Some(PROBE_TIMEOUT),
             fail_fast: true,
@@ -52,38 +116,50 @@ impl Inner {
             cluster_node: server,
             ..Default::default()
         };
-        let started = std::time::Instant::now();
-        let up = self.ping_every_primary(&opts).await;
-        self.opts
-            .metrics
-            .store_duration(StoreOp::Probe, started.elapsed().as_secs_f64());
-        up
-    }
-
-    async fn ping_every_primary(&self, opts: &impl Fn(Option<Server>) -> Options) -> bool {
         if !self.client.is_clustered() {
             let pong: Result<String, Error> =
                 self.client.with_options(&opts(None)).ping(None).await;
-            return pong.is_ok();
+            return pong.map(drop).map_err(|e| self.reason_for(&e, None));
         }
         let primaries = self.primaries();
-        let mut ok = !primaries.is_empty();
+        if primaries.is_empty() {
+            let _ = tokio::time::timeout(PROBE_TIMEOUT, self.client.sync_cluster()).await;
+            return Err(self
+                .last_connection_error()
+                .unwrap_or_else(|| format!("redis {}: cluster topology unknown", self.host)));
+        }
+        let mut failure = None;
         for server in primaries {
             let pong: Result<String, Error> = self
                 .client
-                .with_options(&opts(Some(server)))
+                .with_options(&opts(Some(server.clone())))
                 .ping(None)
                 .await;
-            ok &= pong.is_ok();
+            if let Err(e) = pong {
+                failure.get_or_insert_with(|| self.reason_for(&e, Some(&server)));
+            }
         }
-        if !ok {
-            let _ = tokio::time::timeout(PROBE_TIMEOUT, self.client.sync_cluster()).await;
+        match failure {
+            None => Ok(()),
+            Some(reason) => {
+                let _ = tokio::time::timeout(PROBE_TIMEOUT, self.client.sync_cluster()).await;
+                Err(reason)
+            }
         }
-        ok
+    }
+
+    /// The connection error fred reported most recently, else `e` described.
+    fn reason_for(&self, e: &Error, server: Option<&Server>) -> String {
+        self.last_connection_error()
+            .unwrap_or_else(|| describe(e, server, &self.host))
+    }
+
+    fn last_connection_error(&self) -> Option<String> {
+        self.connection_error.lock().clone()
     }
 
     /// The primaries as fred last saw them (empty for a single node).
-    fn primaries(&self) -> Vec<Server> {
+    pub(super) fn primaries(&self) -> Vec<Server> {
         self.client
             .cached_cluster_state()
             .map(|s| s.unique_primary_nodes())
@@ -98,5 +174,49 @@ impl Inner {
         {
             tracing::warn!(error = %e, "loading the script failed; it loads on first use");
         }
+    }
+
+    /// Any `maxmemory-policy` but `noeviction` lets Redis evict live counters (every tollgate
+    /// key has a TTL, so the `volatile-*` policies pick them too): under-counting, so
+    /// over-admission. Warned about, shown on `/readyz` and as a metric.
+    async fn check_eviction_policy(&self) {
+        let servers: Vec<Option<Server>> = if self.client.is_clustered() {
+            self.primaries().into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let mut risky = Vec::new();
+        for server in servers {
+            let opts = Options {
+                timeout: Some(PROBE_TIMEOUT),
+                cluster_node: server.clone(),
+                ..Default::default()
+            };
+            // Managed Redis may forbid CONFIG: then nothing is known and nothing is said.
+            let reply: Result<Vec<String>, Error> = self
+                .client
+                .with_options(&opts)
+                .config_get("maxmemory-policy")
+                .await;
+            if let Ok(reply) = reply {
+                if let Some(policy) = reply.get(1).filter(|p| p.as_str() != "noeviction") {
+                    let host = server.map_or_else(|| self.host.clone(), |s| s.to_string());
+                    risky.push(format!(
+                        "redis {host}: maxmemory-policy is {policy}, which can evict live counters (under-counting: over-admission); set noeviction"
+                    ));
+                }
+            }
+        }
+        self.opts
+            .metrics
+            .store_eviction_risk
+            .set(i64::from(!risky.is_empty()));
+        let warning = (!risky.is_empty()).then(|| risky.join("; "));
+        if let Some(w) = &warning {
+            if let Some(suppressed) = log_throttle::due("redis_eviction_policy") {
+                tracing::warn!(warning = %w, suppressed, "redis may evict counters");
+            }
+        }
+        *self.eviction_warning.lock() = warning;
     }
 }

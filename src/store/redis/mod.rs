@@ -17,15 +17,18 @@
 mod health;
 mod local_cache;
 mod script;
+mod tls;
 mod url;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::config::{Options, ReconnectPolicy};
+use fred::types::config::{ClusterDiscoveryPolicy, Options, ReconnectPolicy};
 use futures::future::join_all;
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -74,6 +77,10 @@ pub struct RedisOptions {
     pub local_cache_size: usize,
     /// Where the store counts (round trips, take-backs, cache hits).
     pub metrics: Arc<Metrics>,
+    /// TLS: trust this CA (PEM) instead of the system's roots (`rediss://` URLs).
+    pub ca_file: Option<PathBuf>,
+    /// TLS: present this client certificate and key (PEM) for mutual TLS.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 pub struct RedisStore {
@@ -86,7 +93,15 @@ struct Inner {
     opts: RedisOptions,
     /// `key_prefix` + [`KEY_FORMAT`].
     prefix: String,
+    /// The URL's first host, for messages (never the password).
+    host: String,
     ready: AtomicBool,
+    /// Why the store is not ready, when it is not.
+    reason: Mutex<Option<String>>,
+    /// The last connection error fred reported, described (cleared once Redis answers).
+    connection_error: Arc<Mutex<Option<String>>>,
+    /// A risk worth showing while ready (an evicting `maxmemory-policy`).
+    eviction_warning: Mutex<Option<String>>,
     /// Upkeep rounds so far (`maintain` runs about twice a second).
     ticks: AtomicU64,
     cache: LocalCache,
@@ -168,6 +183,14 @@ impl Store for RedisStore {
         self.inner.ready.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    fn reason(&self) -> Option<String> {
+        self.inner.reason.lock().clone()
+    }
+
+    fn warning(&self) -> Option<String> {
+        self.inner.eviction_warning.lock().clone()
+    }
+
     async fn maintain(&self) {
         self.inner.upkeep().await;
     }
@@ -184,6 +207,30 @@ impl RedisStore {
         if let Some(p) = &opts.password {
             config.password = Some(p.clone());
         }
+        let tls_wanted = opts.ca_file.is_some() || opts.client_cert.is_some();
+        if tls_wanted {
+            if config.tls.is_none() {
+                return Err("--redis-ca-file and --redis-client-cert need a rediss:// URL".into());
+            }
+            config.tls = Some(
+                tls::config(
+                    opts.ca_file.as_deref(),
+                    opts.client_cert
+                        .as_ref()
+                        .map(|(c, k)| (c.as_path(), k.as_path())),
+                )?
+                .into(),
+            );
+        }
+        // Topology comes from every node fred has seen, not only the URL's seeds: a seed that
+        // dies for good must not take the store down.
+        if config.server.is_clustered() {
+            config
+                .server
+                .set_cluster_discovery_policy(ClusterDiscoveryPolicy::UseCache)
+                .map_err(|e| format!("redis cluster discovery: {e}"))?;
+        }
+        let host = url::first_host(&opts.url);
         // fred's default `fail_fast` gives up on the first connection attempt and never
         // reconnects when Redis was down at start; commands fail fast per call instead.
         config.fail_fast = false;
@@ -200,8 +247,20 @@ impl RedisStore {
         let policy = ReconnectPolicy::new_exponential(0, 50, 1_000, 2);
         let client = Client::new(config, Some(perf), Some(conn), Some(policy));
         client.connect();
+        let connection_error = Arc::new(Mutex::new(None));
+        let mut errors = client.error_rx();
+        let (seen, fallback) = (connection_error.clone(), host.clone());
+        tokio::spawn(async move {
+            while let Ok((e, server)) = errors.recv().await {
+                *seen.lock() = Some(health::describe(&e, server.as_ref(), &fallback));
+            }
+        });
         Ok(RedisStore {
             inner: Arc::new(Inner {
+                host,
+                reason: Mutex::new(Some("connecting to redis".into())),
+                connection_error,
+                eviction_warning: Mutex::new(None),
                 script: Script::tollgate(),
                 cache: LocalCache::new(opts.local_cache_size),
                 prefix: format!("{}{KEY_FORMAT}", opts.key_prefix),

@@ -50,6 +50,14 @@ pub fn fred_config(url: &str) -> Result<Config, String> {
     Config::from_url(&fred_url).map_err(|e| format!("invalid redis URL ({:?})", e.kind()))
 }
 
+/// The URL's first host (`host:port`), for messages: never the user or password.
+pub fn first_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let hosts = rest.split('/').next().unwrap_or(rest);
+    hosts.split(',').next().unwrap_or(hosts).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +88,7 @@ mod tests {
         }
         let err = fred_config("bogus://user:hunter2@h:1").unwrap_err();
         assert!(!err.contains("hunter2"));
+        assert_eq!(first_host("redis://user:hunter2@h:1/2"), "h:1");
+        assert_eq!(first_host("redis-cluster://a:1,b:2"), "a:1");
     }
 }

@@ -1,0 +1,61 @@
+//! TLS to Redis (`rediss://`) with a CA of the operator's own and, for mutual TLS, a client
+//! certificate: `--redis-ca-file`, `--redis-client-cert`, `--redis-client-key` (PEM files).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+
+/// A rustls client config trusting `ca` (else the system's roots), presenting `client`
+/// (certificate, key) when given.
+pub fn config(ca: Option<&Path>, client: Option<(&Path, &Path)>) -> Result<ClientConfig, String> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            for cert in certs(path)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("{}: not a usable CA certificate: {e}", path.display()))?;
+            }
+        }
+        None => roots = native_roots(),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_root_certificates(roots);
+    match client {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => {
+            let chain = certs(cert)?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("{}: no private key: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("{}: unusable client certificate: {e}", cert.display()))
+        }
+    }
+}
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The system's roots, which fred itself uses for a plain `rediss://` URL.
+fn native_roots() -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    roots
+}
