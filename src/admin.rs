@@ -131,6 +131,8 @@ async fn json<S: Store>(State(st): State<Arc<AdminState<S>>>, body: Bytes) -> Re
                 .into_response()
         }
         Err(CallError::InvalidArgument(m)) => (StatusCode::BAD_REQUEST, m).into_response(),
-        Err(CallError::Unavailable(m)) => (StatusCode::SERVICE_UNAVAILABLE, m).into_response(),
+        Err(CallError::Unavailable(m) | CallError::Overloaded(m)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, m).into_response()
+        }
     }
 }

@@ -105,7 +105,8 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..=crate::validate::MAX_MAX_HITS)
     )]
     pub max_hits: u64,
-    /// What to answer when the store fails: error (gRPC UNAVAILABLE), allow, deny.
+    /// What to answer when the store fails: error (gRPC UNAVAILABLE), allow, deny, or local
+    /// (an in-process limiter, each limit divided by --local-fallback-share).
     #[arg(
         long,
         env = "TOLLGATE_FAILURE_MODE",
@@ -113,6 +114,19 @@ pub struct ServeArgs {
         default_value = "error"
     )]
     pub failure_mode: FailureModeArg,
+    /// `--failure-mode local`: how many replicas share each limit while the store is down
+    /// (each limit becomes max(1, limit / N)).
+    #[arg(
+        long,
+        env = "TOLLGATE_LOCAL_FALLBACK_SHARE",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub local_fallback_share: u32,
+    /// Also tell clients when the store failed (header x-tollgate-store-failure); the marker
+    /// always goes into the response's dynamic metadata and the metrics.
+    #[arg(long, env = "TOLLGATE_STORE_FAILURE_HEADER")]
+    pub store_failure_header: bool,
     /// Time between readiness going NOT_SERVING and the listeners closing on shutdown.
     #[arg(long, env = "TOLLGATE_DRAIN_DELAY", default_value = "0s")]
     pub drain_delay: String,
@@ -153,6 +167,24 @@ pub struct ServeArgs {
     /// Where the Redis scripts take "now" from: redis (TIME, every replica agrees) or local.
     #[arg(long, env = "TOLLGATE_CLOCK", value_enum, default_value = "redis")]
     pub clock: ClockArg,
+    /// Most memory the in-memory store's counters may hold: `N`, `NKiB`, `NMiB` or `NGiB`.
+    /// Past it the entries closest to expiry are evicted (counted in a metric).
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_STORE_BYTES",
+        default_value = "64MiB",
+        value_parser = parse_bytes
+    )]
+    pub max_store_bytes: usize,
+    /// Most decisions in flight at once; more get RESOURCE_EXHAUSTED at once instead of
+    /// queueing.
+    #[arg(
+        long,
+        env = "TOLLGATE_MAX_IN_FLIGHT",
+        default_value_t = 4096,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_in_flight: u32,
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,
@@ -164,6 +196,7 @@ pub enum FailureModeArg {
     Error,
     Allow,
     Deny,
+    Local,
 }
 
 impl From<FailureModeArg> for FailureMode {
@@ -172,6 +205,7 @@ impl From<FailureModeArg> for FailureMode {
             FailureModeArg::Error => FailureMode::Error,
             FailureModeArg::Allow => FailureMode::Allow,
             FailureModeArg::Deny => FailureMode::Deny,
+            FailureModeArg::Local => FailureMode::Local,
         }
     }
 }
@@ -220,4 +254,35 @@ pub struct QueryArgs {
     /// The request's hits_addend.
     #[arg(long)]
     pub hits: Option<u32>,
+}
+
+/// `N`, `NKiB`, `NMiB` or `NGiB` bytes.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let (digits, factor) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+        .iter()
+        .find_map(|(suffix, f)| t.strip_suffix(suffix).map(|d| (d, *f)))
+        .unwrap_or((t, 1));
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(factor))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("'{text}' is not a size like 67108864, 512KiB, 64MiB or 1GiB"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_bytes("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        for bad in ["", "0", "64MB", "-1", "lots"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
 }

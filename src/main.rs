@@ -92,6 +92,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_hits: args.max_hits,
         },
         failure_mode: args.failure_mode.into(),
+        local_fallback_share: args.local_fallback_share,
+        store_failure_header: args.store_failure_header,
+        max_in_flight: args.max_in_flight as usize,
     };
     let reload = duration_flag("config-reload-interval", &args.config_reload_interval)?;
     let metrics = Arc::new(Metrics::new());
@@ -112,7 +115,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     shutdown.on_signals();
     let running = match &args.redis_url {
         None => {
-            let store = Arc::new(MemoryStore::new(Arc::new(SystemClock)).with_metrics(metrics));
+            let store = Arc::new(
+                MemoryStore::new(Arc::new(SystemClock))
+                    .with_metrics(metrics)
+                    .with_max_bytes(args.max_store_bytes),
+            );
             server::start(opts, store, shutdown).await?
         }
         Some(url) => {

@@ -37,14 +37,17 @@ pub enum RequestCode {
     Invalid,
     /// Answered with UNAVAILABLE (the store failed, policy `error`).
     Unavailable,
+    /// Refused with RESOURCE_EXHAUSTED: `--max-in-flight` decisions were already running.
+    Overloaded,
 }
 
 impl RequestCode {
-    const ALL: [RequestCode; 4] = [
+    const ALL: [RequestCode; 5] = [
         RequestCode::Ok,
         RequestCode::OverLimit,
         RequestCode::Invalid,
         RequestCode::Unavailable,
+        RequestCode::Overloaded,
     ];
 
     fn label(self) -> &'static str {
@@ -53,6 +56,7 @@ impl RequestCode {
             RequestCode::OverLimit => "OVER_LIMIT",
             RequestCode::Invalid => "INVALID",
             RequestCode::Unavailable => "UNAVAILABLE",
+            RequestCode::Overloaded => "RESOURCE_EXHAUSTED",
         }
     }
 }
@@ -144,7 +148,7 @@ struct PolicyLabels {
 /// One domain's request counters, by [`RequestCode`], and its limits.
 pub struct DomainMetrics {
     name: String,
-    requests: [Counter; 4],
+    requests: [Counter; 5],
     limits: RwLock<HashMap<String, Arc<LimitMetrics>>>,
 }
 
@@ -184,6 +188,7 @@ pub struct Metrics {
     pub local_cache_hits: Counter,
     store_failures: Family<PolicyLabels, Counter>,
     pub refunds: Counter,
+    pub memory_evictions: Counter,
     domains: RwLock<HashMap<String, Arc<DomainMetrics>>>,
 }
 
@@ -215,7 +220,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "tollgate_requests",
-            "ShouldRateLimit requests, by domain and outcome (OK, OVER_LIMIT, INVALID, UNAVAILABLE)",
+            "ShouldRateLimit requests, by domain and outcome (OK, OVER_LIMIT, INVALID, UNAVAILABLE, RESOURCE_EXHAUSTED)",
             requests.clone(),
         );
         let limit_decisions = Family::<LimitLabels, Counter>::default();
@@ -298,6 +303,12 @@ impl Metrics {
             "Placement groups whose charges were taken back (a request denied elsewhere, or abandoned)",
             refunds.clone(),
         );
+        let memory_evictions = Counter::default();
+        registry.register(
+            "tollgate_memory_evictions",
+            "Live counters the memory store dropped to stay under --max-store-bytes (their usage is forgotten: possible over-admission)",
+            memory_evictions.clone(),
+        );
         // Every policy and reload result shows from the start, at 0.
         for policy in ["error", "allow", "deny", "local"] {
             drop(store_failures.get_or_create(&PolicyLabels {
@@ -324,6 +335,7 @@ impl Metrics {
             local_cache_hits,
             store_failures,
             refunds,
+            memory_evictions,
             domains: RwLock::new(HashMap::new()),
         }
     }

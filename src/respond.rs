@@ -13,6 +13,12 @@ use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::Plan;
 use crate::settings::{FailureMode, Settings};
 
+/// The dynamic metadata field naming the failure policy that answered for a failed store.
+pub const STORE_FAILURE_KEY: &str = "tollgate.store_failure";
+
+/// The response header carrying the same, with `--store-failure-header`.
+pub const STORE_FAILURE_HEADER: &str = "x-tollgate-store-failure";
+
 /// The response for `decision`. `store_failed` names the failure policy that answered.
 pub fn response(
     settings: &Settings,
@@ -29,15 +35,24 @@ pub fn response(
     if let Some(names) = &settings.headers {
         out.response_headers_to_add = headers(names, decision);
     }
-    if let Some(mode) = store_failed {
-        out.response_headers_to_add.push(HeaderValue {
-            key: "x-tollgate-store-failure".into(),
-            value: mode.name().into(),
-            raw_value: Vec::new(),
-        });
-    }
     if settings.dynamic_metadata {
         out.dynamic_metadata = Some(metadata(req, plan, decision));
+    }
+    // The store-failure marker is for operators (Envoy's access log reads dynamic metadata)
+    // and reaches the end client only when asked for: clients should not learn that the
+    // limiter is failing open.
+    if let Some(mode) = store_failed {
+        out.dynamic_metadata
+            .get_or_insert_with(Default::default)
+            .fields
+            .insert(STORE_FAILURE_KEY.to_string(), string(mode.name()));
+        if settings.store_failure_header {
+            out.response_headers_to_add.push(HeaderValue {
+                key: STORE_FAILURE_HEADER.into(),
+                value: mode.name().into(),
+                raw_value: Vec::new(),
+            });
+        }
     }
     out
 }

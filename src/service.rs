@@ -10,22 +10,26 @@
 //! [`assemble`]: crate::decision::assemble
 //! [`respond`]: crate::respond
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use opentelemetry::context::FutureExt;
 use opentelemetry::KeyValue;
+use tokio::sync::Semaphore;
 
+use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::decision::{self, assemble, Code, Decision};
 use crate::log_throttle;
 use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
 use crate::pb::rls::rate_limit_service_server::RateLimitService;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use crate::plan::{plan, Plan, Role};
+use crate::plan::{plan, Charge, Plan, Role};
 use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
+use crate::store::memory::MemoryStore;
 use crate::store::{ApplyMode, ChargeOutcome, Store};
 use crate::telemetry;
 use crate::validate::validate;
@@ -80,6 +84,8 @@ pub enum CallError {
     InvalidArgument(String),
     #[error("{0}")]
     Unavailable(String),
+    #[error("{0}")]
+    Overloaded(String),
 }
 
 impl From<CallError> for tonic::Status {
@@ -87,6 +93,7 @@ impl From<CallError> for tonic::Status {
         match e {
             CallError::InvalidArgument(m) => tonic::Status::invalid_argument(m),
             CallError::Unavailable(m) => tonic::Status::unavailable(m),
+            CallError::Overloaded(m) => tonic::Status::resource_exhausted(m),
         }
     }
 }
@@ -96,6 +103,36 @@ pub struct RateLimiter<S> {
     store: Arc<S>,
     settings: Settings,
     metrics: Arc<Metrics>,
+    /// The in-process limiter of `--failure-mode local`.
+    fallback: Option<MemoryStore>,
+    /// Permits for decisions in flight (`--max-in-flight`).
+    in_flight: Semaphore,
+}
+
+/// `plan` with every limit shared out among `share` replicas: `max(1, limit / share)` (and
+/// the same for a token bucket's burst), as the response reports it.
+fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
+    let charges = plan
+        .charges
+        .iter()
+        .map(|c| {
+            let mut limit = c.limit.as_ref().clone();
+            let part = |n: u64| (n / u64::from(share)).max(1);
+            limit.params.limit = part(limit.params.limit);
+            limit.params.burst = part(limit.params.burst);
+            limit.requests_per_unit = part(u64::from(limit.requests_per_unit)) as u32;
+            Charge {
+                limit: Cow::Owned(limit),
+                key: c.key.clone(),
+                ..c.clone()
+            }
+        })
+        .collect();
+    Plan {
+        descriptors: plan.descriptors.clone(),
+        charges,
+        quota_descriptors: plan.quota_descriptors,
+    }
 }
 
 impl<S: Store> RateLimiter<S> {
@@ -109,6 +146,15 @@ impl<S: Store> RateLimiter<S> {
         let domain = self
             .metrics
             .domain(if known { &req.domain } else { UNKNOWN_DOMAIN });
+        // A flood is refused at once rather than queued: latency stays bounded for the calls
+        // that are answered, and the caller's failure policy decides for the rest.
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            self.metrics.request(&domain, RequestCode::Overloaded);
+            return Err(CallError::Overloaded(format!(
+                "{} decisions are already in flight (--max-in-flight)",
+                self.settings.max_in_flight
+            )));
+        };
         let result = self.decide(req, &config, &domain).await;
         self.metrics
             .decision_duration
@@ -133,10 +179,14 @@ impl<S: Store> RateLimiter<S> {
         };
         let outcomes = if plan.charges.is_empty() {
             Vec::new()
+        } else if self.fallback.is_some() && !self.store.is_ready() {
+            // The local fallback answers at once while the store is known to be down.
+            let reason = self.store.reason().unwrap_or_default();
+            return self.on_store_failure(req, &plan, domain, reason).await;
         } else {
             match self.store.apply(&plan, mode).await {
                 Ok(o) => o,
-                Err(e) => return self.on_store_failure(req, &plan, domain, e.0),
+                Err(e) => return self.on_store_failure(req, &plan, domain, e.0).await,
             }
         };
         let decision = assemble(&plan, &outcomes, self.settings.global_shadow);
@@ -160,7 +210,7 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// The failure policy answers for a store that could not decide.
-    fn on_store_failure(
+    async fn on_store_failure(
         &self,
         req: &RateLimitRequest,
         plan: &Plan<'_>,
@@ -185,6 +235,7 @@ impl<S: Store> RateLimiter<S> {
             }
             FailureMode::Allow => true,
             FailureMode::Deny => false,
+            FailureMode::Local => return self.decide_locally(req, plan, domain).await,
         };
         let decision = decision::on_store_failure(plan, allow, self.settings.global_shadow);
         let code = match decision.overall {
@@ -193,6 +244,37 @@ impl<S: Store> RateLimiter<S> {
         };
         self.metrics.request(domain, code);
         Ok(response(&self.settings, req, plan, &decision, Some(policy)))
+    }
+
+    /// `--failure-mode local`: decides against the in-process limiter, each limit shared out
+    /// among `--local-fallback-share` replicas.
+    async fn decide_locally(
+        &self,
+        req: &RateLimitRequest,
+        plan: &Plan<'_>,
+        domain: &DomainMetrics,
+    ) -> Result<RateLimitResponse, CallError> {
+        let share = self.settings.local_fallback_share.max(1);
+        let local = shared_out(plan, share);
+        let mode = ApplyMode {
+            count_rejected: self.settings.count_rejected,
+        };
+        let outcomes = match &self.fallback {
+            Some(store) => store
+                .apply(&local, mode)
+                .await
+                .map_err(|e| CallError::Unavailable(e.0))?,
+            None => return Err(CallError::Unavailable("no local fallback".into())),
+        };
+        let decision = assemble(&local, &outcomes, self.settings.global_shadow);
+        self.observe(req, &local, &outcomes, &decision, domain);
+        Ok(response(
+            &self.settings,
+            req,
+            &local,
+            &decision,
+            Some(FailureMode::Local),
+        ))
     }
 
     /// Counts the answer per request and per limit (and logs costs no limit can ever grant).
@@ -238,11 +320,15 @@ impl<S: Store> RateLimiter<S> {
         settings: Settings,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let fallback = (settings.failure_mode == FailureMode::Local)
+            .then(|| MemoryStore::new(Arc::new(SystemClock)).with_metrics(metrics.clone()));
         RateLimiter {
+            in_flight: Semaphore::new(settings.max_in_flight.max(1)),
             config,
             store,
             settings,
             metrics,
+            fallback,
         }
     }
 

@@ -4,7 +4,7 @@
 use crate::validate::Bounds;
 
 /// Behaviour switches of the service.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Charge every descriptor on every request, as envoyproxy/ratelimit does.
     pub count_rejected: bool,
@@ -16,6 +16,28 @@ pub struct Settings {
     pub dynamic_metadata: bool,
     pub bounds: Bounds,
     pub failure_mode: FailureMode,
+    /// `--failure-mode local`: each limit becomes `max(1, limit / share)` (the replica count).
+    pub local_fallback_share: u32,
+    /// Also put the store-failure marker into client-visible response headers.
+    pub store_failure_header: bool,
+    /// Most decisions in flight at once; more are refused at once (`RESOURCE_EXHAUSTED`).
+    pub max_in_flight: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            count_rejected: false,
+            global_shadow: false,
+            headers: None,
+            dynamic_metadata: false,
+            bounds: Bounds::default(),
+            failure_mode: FailureMode::default(),
+            local_fallback_share: 1,
+            store_failure_header: false,
+            max_in_flight: 4096,
+        }
+    }
 }
 
 /// Header names for `--response-headers` (IETF draft names, as envoyproxy/ratelimit).
@@ -48,6 +70,9 @@ pub enum FailureMode {
     Allow,
     /// OVER_LIMIT for every limited descriptor.
     Deny,
+    /// Decide against an in-process limiter with the same config, each limit shared out
+    /// among the replicas (`--local-fallback-share`), until the store is ready again.
+    Local,
 }
 
 impl FailureMode {
@@ -56,6 +81,7 @@ impl FailureMode {
             FailureMode::Error => "error",
             FailureMode::Allow => "allow",
             FailureMode::Deny => "deny",
+            FailureMode::Local => "local",
         }
     }
 }

@@ -52,7 +52,7 @@ pub enum DescriptorKind {
     Limited,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DescriptorPlan<'c> {
     pub kind: DescriptorKind,
     /// This descriptor's charges in `Plan::charges`.
@@ -64,7 +64,7 @@ pub struct DescriptorPlan<'c> {
 }
 
 /// One limit charged by one descriptor.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Charge<'c> {
     pub descriptor: usize,
     pub limit: Cow<'c, Limit>,

@@ -5,7 +5,12 @@
 //! it follows the decision [`protocol`](super::protocol) — the same group-by-group steps the
 //! Redis store takes, here one [`batch`] per placement group — so it is atomic and answers what
 //! Redis answers. Expired counters are dropped when touched and by [`MemoryStore::sweep`],
-//! which the server runs periodically, so memory stays bounded by the live keys.
+//! which the server runs periodically.
+//!
+//! Memory is bounded (`--max-store-bytes`, split evenly across the shards): when a shard goes
+//! over its share, its expired counters go first, then the live ones closest to expiry, down
+//! to 90% of the share. Evicting a live counter forgets its usage (that key may then be
+//! over-admitted); each one is counted in `tollgate_memory_evictions_total`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -27,15 +32,74 @@ const SHARDS: usize = 64;
 /// Expired counters are swept at most this often (they are also dropped when touched).
 const SWEEP_EVERY_US: u64 = 5_000_000;
 
+/// The default `--max-store-bytes`.
+pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
+
+/// What a map entry costs beyond its key and state (hash map slot, allocation headers).
+const ENTRY_OVERHEAD: usize = 64;
+
 struct Entry {
     state: State,
     expires_at: u64,
 }
 
-type Shard = HashMap<String, Entry>;
+/// The bytes an entry holds, as the store accounts for them.
+fn entry_bytes(key: &str, state: &State) -> usize {
+    let state = match state {
+        State::Window(_) => 16,
+        State::Log(l) => 32 + 24 * l.entries.len(),
+        State::Tat(t) => 48 + 24 * t.history.len(),
+    };
+    key.len() + state + ENTRY_OVERHEAD
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<String, Entry>,
+    /// What the entries hold, by [`entry_bytes`].
+    bytes: usize,
+}
+
+impl Shard {
+    /// Drops expired entries, then the live ones closest to expiry (never `keep`), until the
+    /// shard holds at most 90% of `budget`. Returns how many live entries were evicted.
+    fn shrink(&mut self, budget: usize, now: u64, keep: &str) -> u64 {
+        let bytes = &mut self.bytes;
+        self.map.retain(|k, e| {
+            let live = e.expires_at > now;
+            if !live {
+                *bytes -= entry_bytes(k, &e.state);
+            }
+            live
+        });
+        let target = budget / 10 * 9;
+        if self.bytes <= target {
+            return 0;
+        }
+        let mut by_expiry: Vec<(u64, usize, String)> = self
+            .map
+            .iter()
+            .filter(|(k, _)| k.as_str() != keep)
+            .map(|(k, e)| (e.expires_at, entry_bytes(k, &e.state), k.clone()))
+            .collect();
+        by_expiry.sort_unstable_by_key(|(at, _, _)| *at);
+        let mut evicted = 0;
+        for (_, size, key) in by_expiry {
+            if self.bytes <= target {
+                break;
+            }
+            self.map.remove(&key);
+            self.bytes -= size;
+            evicted += 1;
+        }
+        evicted
+    }
+}
 
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
+    /// Each shard's share of `--max-store-bytes`.
+    shard_budget: usize,
     hasher: RandomState,
     clock: Arc<dyn Clock>,
     last_sweep_us: AtomicU64,
@@ -75,43 +139,58 @@ struct Locked<'s> {
 }
 
 impl Locked<'_> {
-    fn map(&mut self, spec: usize) -> &mut Shard {
+    fn shard(&mut self, spec: usize) -> &mut Shard {
         let shard = self.shard_of[spec];
         let i = self.order.binary_search(&shard).unwrap_or_default();
         &mut self.guards[i]
     }
 
     fn load(&mut self, spec: usize, key: &str, now: u64) -> Option<State> {
-        self.map(spec)
+        self.shard(spec)
+            .map
             .get(key)
             .filter(|e| e.expires_at > now)
             .map(|e| e.state.clone())
     }
 
+    /// Writes (or removes) a counter; shrinks its shard when over `budget`. Returns how many
+    /// live entries that evicted.
     fn store(
         &mut self,
         spec: usize,
         key: &str,
         state: Option<State>,
         p: &crate::limit::LimitParams,
-    ) {
-        let map = self.map(spec);
-        match state {
+        budget: usize,
+        now: u64,
+    ) -> u64 {
+        let shard = self.shard(spec);
+        let Some(state) = state else {
+            if let Some(old) = shard.map.remove(key) {
+                shard.bytes -= entry_bytes(key, &old.state);
+            }
+            return 0;
+        };
+        let size = entry_bytes(key, &state);
+        let entry = Entry {
+            expires_at: expires_at(&state, p),
+            state,
+        };
+        // In place when the key is there: no new allocation for the key on the hot path.
+        match shard.map.get_mut(key) {
+            Some(old) => {
+                shard.bytes = shard.bytes - entry_bytes(key, &old.state) + size;
+                *old = entry;
+            }
             None => {
-                map.remove(key);
+                shard.bytes += size;
+                shard.map.insert(key.to_string(), entry);
             }
-            Some(state) => {
-                let entry = Entry {
-                    expires_at: expires_at(&state, p),
-                    state,
-                };
-                match map.get_mut(key) {
-                    Some(e) => *e = entry,
-                    None => {
-                        map.insert(key.to_string(), entry);
-                    }
-                }
-            }
+        }
+        if shard.bytes > budget {
+            shard.shrink(budget, now, key)
+        } else {
+            0
         }
     }
 }
@@ -119,7 +198,8 @@ impl Locked<'_> {
 impl MemoryStore {
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_budget: DEFAULT_MAX_BYTES / SHARDS,
             hasher: RandomState::new(),
             clock,
             last_sweep_us: AtomicU64::new(0),
@@ -127,10 +207,21 @@ impl MemoryStore {
         }
     }
 
-    /// Counts into `metrics` (take-backs).
+    /// Counts into `metrics` (take-backs, evictions).
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> MemoryStore {
         self.metrics = metrics;
         self
+    }
+
+    /// Holds at most about `bytes` of counters (`--max-store-bytes`).
+    pub fn with_max_bytes(mut self, bytes: usize) -> MemoryStore {
+        self.shard_budget = (bytes / SHARDS).max(1);
+        self
+    }
+
+    /// The bytes the counters hold, as the store accounts for them.
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().bytes).sum()
     }
 
     fn shard_of(&self, key: &str) -> usize {
@@ -144,8 +235,16 @@ impl MemoryStore {
             .iter()
             .map(|s| {
                 let mut s = s.lock();
-                s.retain(|_, e| e.expires_at > now);
-                s.len()
+                let shard = &mut *s;
+                let bytes = &mut shard.bytes;
+                shard.map.retain(|k, e| {
+                    let live = e.expires_at > now;
+                    if !live {
+                        *bytes -= entry_bytes(k, &e.state);
+                    }
+                    live
+                });
+                shard.map.len()
             })
             .sum()
     }
@@ -164,18 +263,23 @@ impl MemoryStore {
             shard_of,
         };
         let mut protocol = Protocol::new(&placed, mode.count_rejected);
+        let run = Run {
+            now,
+            budget: self.shard_budget,
+            metrics: &self.metrics,
+        };
         loop {
             match protocol.step() {
                 Next::Run(runs) => {
                     for (gi, m) in runs {
-                        let answer = run_group(&mut locked, &placed, gi, m, now);
+                        let answer = run_group(&mut locked, &placed, gi, m, &run);
                         protocol.record(gi, answer);
                     }
                 }
                 Next::TakeBack(undos) => {
                     self.metrics.refunds.inc_by(undos.len() as u64);
                     for (gi, undo) in undos {
-                        let answer = take_back(&mut locked, &placed, gi, &undo, now, mode);
+                        let answer = take_back(&mut locked, &placed, gi, &undo, &run, mode);
                         protocol.record(gi, answer);
                     }
                 }
@@ -205,14 +309,22 @@ fn group_batch<'p>(placed: &'p Placed<'_>, gi: usize) -> (&'p [usize], Vec<Batch
     (&g.keys, charges)
 }
 
+/// What a group run needs besides its counters: the time, each shard's budget, the metrics.
+struct Run<'m> {
+    now: u64,
+    budget: usize,
+    metrics: &'m Metrics,
+}
+
 /// Decides one placement group and writes back what it commits.
 fn run_group(
     locked: &mut Locked<'_>,
     placed: &Placed<'_>,
     gi: usize,
     mode: Mode,
-    now: u64,
+    run: &Run<'_>,
 ) -> GroupAnswer {
+    let (now, budget, metrics) = (run.now, run.budget, run.metrics);
     let (keys, charges) = group_batch(placed, gi);
     let mut counters: Vec<Counter> = keys
         .iter()
@@ -231,7 +343,8 @@ fn run_group(
     for (counter, &s) in counters.into_iter().zip(keys) {
         if counter.commit {
             let spec = &placed.specs[s];
-            locked.store(s, &spec.key, counter.after, &spec.params);
+            let evicted = locked.store(s, &spec.key, counter.after, &spec.params, budget, now);
+            metrics.memory_evictions.inc_by(evicted);
         }
     }
     outcomes.into_iter().zip(evaluated.landings).collect()
@@ -244,9 +357,10 @@ fn take_back(
     placed: &Placed<'_>,
     gi: usize,
     undo: &[Undo],
-    now: u64,
+    run: &Run<'_>,
     mode: ApplyMode,
 ) -> GroupAnswer {
+    let (now, budget, metrics) = (run.now, run.budget, run.metrics);
     let (keys, charges) = group_batch(placed, gi);
     let mut states: Vec<Option<State>> = keys
         .iter()
@@ -263,7 +377,8 @@ fn take_back(
             let state = &mut states[c.counter];
             refund(state, &c.params, u.landing, now);
             let spec = &placed.specs[s];
-            locked.store(s, &spec.key, state.clone(), &spec.params);
+            let evicted = locked.store(s, &spec.key, state.clone(), &spec.params, budget, now);
+            metrics.memory_evictions.inc_by(evicted);
         }
     }
     let allowed: Vec<bool> = undo.iter().map(|u| u.allowed).collect();

@@ -13,6 +13,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bounds;
 mod concurrency;
 mod conformance;
 mod differential;

@@ -63,9 +63,12 @@ fn redis_store(url: &str, key_prefix: &str, timeout: Duration) -> Arc<RedisStore
     Arc::new(setup.connect())
 }
 
+/// The failure policy, with its marker in client-visible headers too (where these tests
+/// look for it).
 fn settings(failure_mode: FailureMode) -> Settings {
     Settings {
         failure_mode,
+        store_failure_header: true,
         ..Settings::default()
     }
 }

@@ -576,7 +576,12 @@ impl Store for DownStore {
 async fn a_store_outage_follows_the_failure_mode() {
     let limited_and_not = || req("test", &[&[("a", "x")], &[("nothing", "z")]]);
     let json = r#"{"domain":"test","descriptors":[{"entries":[{"key":"a","value":"x"}]}]}"#;
-    for mode in [FailureMode::Error, FailureMode::Allow, FailureMode::Deny] {
+    for mode in [
+        FailureMode::Error,
+        FailureMode::Allow,
+        FailureMode::Deny,
+        FailureMode::Local,
+    ] {
         let settings = Settings {
             failure_mode: mode,
             ..Settings::default()
@@ -606,22 +611,29 @@ async fn a_store_outage_follows_the_failure_mode() {
                 );
                 assert_eq!(http_status, 503);
             }
-            FailureMode::Allow | FailureMode::Deny => {
+            FailureMode::Allow | FailureMode::Deny | FailureMode::Local => {
                 let resp = call(&mut client, limited_and_not()).await;
-                let (overall, first, name, http) = if mode == FailureMode::Allow {
-                    (OK, OK, "allow", 200)
-                } else {
-                    (OVER_LIMIT, OVER_LIMIT, "deny", 429)
+                let (overall, first, name, http) = match mode {
+                    FailureMode::Allow => (OK, OK, "allow", 200),
+                    FailureMode::Deny => (OVER_LIMIT, OVER_LIMIT, "deny", 429),
+                    // The in-process limiter counts: 2 of `a`'s 3 left after /json's call.
+                    _ => (OK, OK, "local", 200),
                 };
                 assert_eq!(resp.overall_code, overall, "{mode:?}: {resp:?}");
                 let codes: Vec<i32> = resp.statuses.iter().map(|s| s.code).collect();
                 assert_eq!(codes, [first, OK], "{mode:?}");
-                assert_eq!(
-                    header_map(&resp)
-                        .get("x-tollgate-store-failure")
-                        .map(String::as_str),
-                    Some(name)
-                );
+                // The marker is in the dynamic metadata (for Envoy's access log), not in
+                // headers the end client sees.
+                assert!(!header_map(&resp).contains_key("x-tollgate-store-failure"));
+                let marker = resp
+                    .dynamic_metadata
+                    .as_ref()
+                    .and_then(|m| m.fields.get("tollgate.store_failure"))
+                    .and_then(|v| match &v.kind {
+                        Some(prost_types::value::Kind::StringValue(s)) => Some(s.as_str()),
+                        _ => None,
+                    });
+                assert_eq!(marker, Some(name), "{mode:?}: {resp:?}");
                 assert_eq!(http_status, http, "{mode:?}");
             }
         }
@@ -930,4 +942,86 @@ async fn serve_answers_queries_and_exits_cleanly_on_sigterm() {
         .await
         .expect("wait for tollgate");
     assert!(status.success(), "exit status {status}");
+}
+
+// --- Overload --------------------------------------------------------------------------------
+
+/// With `--max-in-flight 2` and two calls held in the store, a third is refused at once with
+/// RESOURCE_EXHAUSTED instead of queueing; once the two finish, calls are answered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_beyond_max_in_flight_is_refused_at_once() {
+    let store = Arc::new(GatedStore {
+        inner: MemoryStore::new(Arc::new(ManualClock::new(T0_US))),
+        entered: Notify::new(),
+        gate: Semaphore::new(0),
+    });
+    let settings = Settings {
+        max_in_flight: 2,
+        ..Settings::default()
+    };
+    let server = start_with_store(CONFIG, settings.into(), store.clone()).await;
+    let mut held = Vec::new();
+    for i in 0..2 {
+        let mut client = server.client().await;
+        held.push(tokio::spawn(async move {
+            try_call(&mut client, req("test", &[&[("a", &format!("held{i}"))]])).await
+        }));
+        bounded("call reaches the store", store.entered.notified()).await;
+    }
+    let mut client = server.client().await;
+    let started = Instant::now();
+    let refused = try_call(&mut client, req("test", &[&[("a", "third")]]))
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    store.gate.add_permits(100);
+    for h in held {
+        let answer = bounded("held call", h).await.expect("task");
+        assert_eq!(answer.expect("answered").overall_code, OK);
+    }
+    let resp = call(&mut client, req("test", &[&[("a", "after")]])).await;
+    assert_eq!(resp.overall_code, OK);
+    server.stop().await;
+}
+
+/// The caller's `grpc-timeout` (Envoy's filter timeout) ends the call: it is answered with an
+/// error when the deadline passes, not when the store finally answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_grpc_timeout_is_honoured() {
+    let store = Arc::new(GatedStore {
+        inner: MemoryStore::new(Arc::new(ManualClock::new(T0_US))),
+        entered: Notify::new(),
+        gate: Semaphore::new(0),
+    });
+    let server = start_with_store(CONFIG, TestOptions::default(), store.clone()).await;
+    let mut client = server.client().await;
+    let mut request = tonic::Request::new(req("test", &[&[("a", "late")]]));
+    request.set_timeout(Duration::from_millis(50));
+    let started = Instant::now();
+    let err = bounded("call", client.should_rate_limit(request))
+        .await
+        .expect_err("past its deadline");
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    store.gate.add_permits(100);
+    server.stop().await;
 }

@@ -5,6 +5,7 @@
 mod support;
 
 mod config_validation;
+mod fallback;
 mod grpc;
 mod metrics;
 mod tracing;

@@ -4,10 +4,13 @@
 //! Entries are keyed by the counter key and checked against the limit's parameters, so a
 //! changed limit or a request override never reads a stale entry. A cached denial is re-checked
 //! with the store at least every [`RECHECK_US`]: it can rest on another request's charge that a
-//! refund is about to undo, and must not outlive it by a whole window. Bounded: when full,
-//! expired entries are dropped, and if none are, the new entry is not kept.
+//! refund is about to undo, and must not outlive it by a whole window. Bounded and cheap under
+//! a flood of distinct exhausted keys: entries live in shards, each a map plus its keys in
+//! insertion order; a full shard drops its oldest entries first, O(1) amortised per insert.
 
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 
 use parking_lot::Mutex;
 
@@ -20,10 +23,21 @@ use crate::store::placement::{Placed, Spec};
 /// Longest time a cached denial is trusted without asking the store again.
 pub const RECHECK_US: u64 = 1_000_000;
 
+const SHARDS: usize = 16;
+
 pub struct LocalCache {
-    capacity: usize,
+    /// Entries per shard; 0 disables the cache.
+    per_shard: usize,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+}
+
+#[derive(Default)]
+struct Shard {
     /// key → (parameters, re-check with the store after, exhausted until).
-    entries: Mutex<HashMap<String, (LimitParams, u64, u64)>>,
+    entries: HashMap<String, (LimitParams, u64, u64)>,
+    /// Keys in insertion order (a key re-inserted appears again; stale ones are skipped).
+    order: VecDeque<String>,
 }
 
 /// What the cache knows about a request.
@@ -62,13 +76,18 @@ fn answers_for(spec: &Spec<'_>, need: u64) -> bool {
 impl LocalCache {
     pub fn new(capacity: usize) -> LocalCache {
         LocalCache {
-            capacity,
-            entries: Mutex::new(HashMap::new()),
+            per_shard: capacity.div_ceil(SHARDS),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: RandomState::new(),
         }
     }
 
     pub fn enabled(&self) -> bool {
-        self.capacity > 0
+        self.per_shard > 0
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
     /// What the cache knows about `placed` at `now`.
@@ -113,7 +132,7 @@ impl LocalCache {
             let exhausted = !o.allowed && o.remaining == 0 && cacheable(spec);
             if exhausted && answers_for(spec, need(placed, spec)) {
                 if let Some(w) = o.wait_us.filter(|&w| w > 0) {
-                    self.insert(&spec.key, &spec.params, now, now + RECHECK_US, now + w);
+                    self.insert(&spec.key, &spec.params, now + RECHECK_US, now + w);
                 }
             }
         }
@@ -122,26 +141,84 @@ impl LocalCache {
     /// `Some(until)` when `key` with these parameters is known exhausted until then, and the
     /// entry is not yet due for a re-check.
     fn exhausted_until(&self, key: &str, params: &LimitParams, now: u64) -> Option<u64> {
-        let entries = self.entries.lock();
-        match entries.get(key) {
+        let shard = self.shard(key).lock();
+        match shard.entries.get(key) {
             Some((p, recheck, until)) if p == params && *recheck > now => Some(*until),
             _ => None,
         }
     }
 
     /// Remembers `key` exhausted until `until`, trusted without the store until `recheck`.
-    fn insert(&self, key: &str, params: &LimitParams, now: u64, recheck: u64, until: u64) {
-        let mut entries = self.entries.lock();
-        if entries.len() >= self.capacity && !entries.contains_key(key) {
-            entries.retain(|_, (_, r, _)| *r > now);
-            if entries.len() >= self.capacity {
-                return;
+    fn insert(&self, key: &str, params: &LimitParams, recheck: u64, until: u64) {
+        let mut shard = self.shard(key).lock();
+        let shard = &mut *shard;
+        let value = (*params, recheck.min(until), until);
+        if let Some(entry) = shard.entries.get_mut(key) {
+            *entry = value;
+            return;
+        }
+        while shard.entries.len() >= self.per_shard {
+            match shard.order.pop_front() {
+                Some(oldest) => {
+                    shard.entries.remove(&oldest);
+                }
+                None => break,
             }
         }
-        entries.insert(key.to_string(), (*params, recheck.min(until), until));
+        shard.entries.insert(key.to_string(), value);
+        shard.order.push_back(key.to_string());
+        // Re-inserted keys leave stale copies behind; rebuilding now and then keeps the
+        // queue's length bounded (amortised O(1)).
+        if shard.order.len() > 2 * self.per_shard {
+            let live = &shard.entries;
+            shard.order.retain(|k| live.contains_key(k));
+        }
     }
 
+    /// Drops entries due for a re-check.
     pub fn sweep(&self, now: u64) {
-        self.entries.lock().retain(|_, (_, r, _)| *r > now);
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            let shard = &mut *shard;
+            shard.entries.retain(|_, (_, r, _)| *r > now);
+            let live = &shard.entries;
+            shard.order.retain(|k| live.contains_key(k));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Algorithm;
+
+    fn p() -> LimitParams {
+        LimitParams {
+            algorithm: Algorithm::FixedWindow,
+            limit: 1,
+            window_us: 60_000_000,
+            burst: 1,
+            overdraft: false,
+        }
+    }
+
+    #[test]
+    fn a_full_cache_drops_its_oldest_entries_and_stays_bounded() {
+        let cache = LocalCache::new(SHARDS * 4);
+        for i in 0..10_000 {
+            cache.insert(&format!("k{i}"), &p(), 100, 200);
+        }
+        let held: usize = cache.shards.iter().map(|s| s.lock().entries.len()).sum();
+        assert!(held <= SHARDS * 4, "{held}");
+        let queued: usize = cache.shards.iter().map(|s| s.lock().order.len()).sum();
+        assert!(queued <= SHARDS * 8 + SHARDS, "{queued}");
+        // The newest are kept.
+        assert_eq!(cache.exhausted_until("k9999", &p(), 50), Some(200));
+        assert_eq!(cache.exhausted_until("k0", &p(), 50), None);
+        // Due for a re-check: not trusted, and swept.
+        assert_eq!(cache.exhausted_until("k9999", &p(), 100), None);
+        cache.sweep(100);
+        let held: usize = cache.shards.iter().map(|s| s.lock().entries.len()).sum();
+        assert_eq!(held, 0);
     }
 }

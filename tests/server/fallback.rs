@@ -1,0 +1,117 @@
+//! `--failure-mode local` with a real Redis paused under load: while Redis cannot answer,
+//! an in-process limiter decides with each limit shared out among the replicas, marked in the
+//! dynamic metadata; as soon as Redis is ready again, it decides again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost_types::value::Kind;
+use tokio::time::Instant;
+use tollgate::clock::SystemClock;
+use tollgate::pb::rls::RateLimitResponse;
+use tollgate::settings::{FailureMode, Settings};
+use tollgate::store::redis::ClockSource;
+
+use crate::support::kit::RedisSetup;
+use crate::support::redis::RedisServer;
+use crate::support::server::*;
+
+const CONFIG: &str = "\
+domain: f
+descriptors:
+  - key: a
+    rate_limit: {unit: hour, requests_per_unit: 10}
+";
+
+fn marker(resp: &RateLimitResponse) -> Option<String> {
+    resp.dynamic_metadata
+        .as_ref()
+        .and_then(|m| m.fields.get("tollgate.store_failure"))
+        .and_then(|v| match &v.kind {
+            Some(Kind::StringValue(s)) => Some(s.clone()),
+            _ => None,
+        })
+}
+
+async fn wait_readyz(server: &TestServer, want: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = http_client()
+            .get(server.http_url("/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0);
+        if status == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "/readyz never answered {want}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_is_stood_in_for_by_a_shared_out_local_limiter() {
+    let redis = tokio::task::block_in_place(RedisServer::start);
+    let mut setup = RedisSetup::new(redis.url(), &tollgate::clock::ManualClock::new(0));
+    setup.clock = ClockSource::Redis;
+    setup.wall = Arc::new(SystemClock);
+    setup.timeout = Duration::from_millis(50);
+    let store = Arc::new(setup.connect());
+    let settings = Settings {
+        failure_mode: FailureMode::Local,
+        local_fallback_share: 2,
+        ..Settings::default()
+    };
+    let server = start_with_store(CONFIG, settings.into(), store).await;
+    let mut client = server.client().await;
+    let a = || req("f", &[&[("a", "x")]]);
+    for left in [9, 8, 7] {
+        let resp = call(&mut client, a()).await;
+        assert_eq!(
+            (resp.statuses[0].limit_remaining, marker(&resp)),
+            (left, None)
+        );
+    }
+
+    let pid = redis.pid().expect("redis runs") as i32;
+    // SAFETY: signalling the test's own child process.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    wait_readyz(&server, 503).await;
+    // The local limiter: 10 / 2 replicas = 5 an hour on this instance.
+    let mut codes = Vec::new();
+    for _ in 0..6 {
+        let resp = call(&mut client, a()).await;
+        assert_eq!(marker(&resp).as_deref(), Some("local"), "{resp:?}");
+        assert_eq!(
+            resp.statuses[0]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit),
+            Some(5)
+        );
+        codes.push(resp.overall_code);
+    }
+    assert_eq!(codes, [OK, OK, OK, OK, OK, OVER_LIMIT]);
+    let metrics = http_client()
+        .get(server.http_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tollgate_store_failures_total{policy=\"local\"} 6")),
+        "{metrics}"
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    wait_readyz(&server, 200).await;
+    let resp = call(&mut client, a()).await;
+    assert_eq!(marker(&resp), None, "Redis decides again: {resp:?}");
+    assert_eq!(resp.statuses[0].limit_remaining, 6);
+    server.stop().await;
+}
