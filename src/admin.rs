@@ -26,15 +26,30 @@ pub struct AdminState<S> {
     pub ready: Arc<AtomicBool>,
 }
 
-pub fn router<S: Store>(state: Arc<AdminState<S>>) -> Router {
-    Router::new()
+/// The admin routes; `POST /json` (it charges real counters with caller-chosen hits) only
+/// with `json`.
+pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool) -> Router {
+    let router = Router::new()
         .route("/healthcheck", get(healthcheck::<S>))
         .route("/readyz", get(readyz::<S>))
         .route("/healthz", get(|| async { "OK" }))
-        .route("/json", post(json::<S>))
         .route("/rlconfig", get(rlconfig::<S>))
-        .route("/metrics", get(metrics::<S>))
-        .with_state(state)
+        .route("/metrics", get(metrics::<S>));
+    let router = if json {
+        router.route("/json", post(json_endpoint::<S>))
+    } else {
+        router.route("/json", post(json_disabled))
+    };
+    router.with_state(state)
+}
+
+async fn json_disabled() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "POST /json is off; start tollgate with --admin-json (TOLLGATE_ADMIN_JSON=true) to \
+         enable it\n",
+    )
+        .into_response()
 }
 
 /// envoyproxy/ratelimit's health check: `200 OK` when serving, an empty 500 otherwise.
@@ -111,7 +126,7 @@ async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
 }
 
 /// Proto3 JSON decision: 200 OK, 429 over limit, 400 bad input, 503 store unavailable.
-async fn json<S: Store>(State(st): State<Arc<AdminState<S>>>, body: Bytes) -> Response {
+async fn json_endpoint<S: Store>(State(st): State<Arc<AdminState<S>>>, body: Bytes) -> Response {
     let req = match parse_request(&body) {
         Ok(r) => r,
         Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),

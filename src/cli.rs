@@ -3,9 +3,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::FileSelection;
+use crate::duration;
 use crate::settings::FailureMode;
 use crate::telemetry::LogFormat;
 
@@ -47,18 +50,59 @@ pub struct ServeArgs {
     /// Config file, or directory of YAML files (envoyproxy/ratelimit format).
     #[arg(long, env = "TOLLGATE_CONFIG")]
     pub config: PathBuf,
-    /// gRPC listen address (ShouldRateLimit and grpc.health.v1).
-    #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    /// gRPC listen address (ShouldRateLimit and grpc.health.v1). `[::]` is dual-stack and
+    /// falls back to 0.0.0.0 where the host has no IPv6.
+    #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "[::]:8081")]
     pub grpc_addr: SocketAddr,
-    /// HTTP admin listen address (/healthcheck, /healthz, /readyz, /json, /rlconfig).
-    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    /// HTTP admin listen address (/healthcheck, /healthz, /readyz, /metrics, /rlconfig, and
+    /// POST /json with --admin-json).
+    #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "[::]:8080")]
     pub http_addr: SocketAddr,
+    /// Also serve the admin endpoints here (envoyproxy/ratelimit's debug port, 6070).
+    #[arg(long, env = "TOLLGATE_DEBUG_ADDR")]
+    pub debug_addr: Option<SocketAddr>,
+    /// Also serve the admin endpoints (/metrics) here, e.g. a dedicated metrics port.
+    #[arg(long, env = "TOLLGATE_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Serve POST /json on the admin port. It charges real counters with caller-chosen hits
+    /// and is unauthenticated: off by default.
+    #[arg(long, env = "TOLLGATE_ADMIN_JSON")]
+    pub admin_json: bool,
+    /// gRPC server TLS: certificate chain (PEM). Needs --grpc-tls-key.
+    #[arg(long, env = "TOLLGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// gRPC server TLS: private key (PEM).
+    #[arg(long, env = "TOLLGATE_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    pub grpc_tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate signed by this CA (PEM).
+    #[arg(long, env = "TOLLGATE_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
+    pub grpc_client_ca: Option<PathBuf>,
+    /// Close each gRPC connection gracefully after this long (e.g. `30m`), so clients
+    /// rebalance onto new replicas. Default: never.
+    #[arg(long, env = "TOLLGATE_GRPC_MAX_CONNECTION_AGE", value_parser = duration::parse_positive)]
+    pub grpc_max_connection_age: Option<Duration>,
+    /// After --grpc-max-connection-age, how long open calls may take before the connection
+    /// is closed regardless. Default: no limit.
+    #[arg(long, env = "TOLLGATE_GRPC_MAX_CONNECTION_AGE_GRACE", value_parser = duration::parse_positive)]
+    pub grpc_max_connection_age_grace: Option<Duration>,
+    /// HTTP/2 PING interval on idle gRPC connections (a dead peer is dropped after 20 s
+    /// without an answer); `off` disables.
+    #[arg(long, env = "TOLLGATE_GRPC_KEEPALIVE", default_value = "60s", value_parser = parse_switchable)]
+    pub grpc_keepalive: Switchable,
+    /// The kill switch: answer every request OK without reading or writing the store
+    /// (counted as code DISABLED). Per domain: `disabled: true` in its config file.
+    #[arg(long, env = "TOLLGATE_DISABLED")]
+    pub disabled: bool,
+    /// Which files of a config directory are read: `yaml` (*.yaml, *.yml), `all` (every
+    /// file but dotfiles), `all-with-dotfiles` (envoyproxy/ratelimit's runtime directory).
+    #[arg(long, env = "TOLLGATE_CONFIG_FILES", default_value = "yaml", value_parser = parse_files)]
+    pub config_files: FileSelection,
     /// Allow several files to declare one domain; their descriptors are merged.
     #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
     pub merge_domains: bool,
     /// How often to check the config for changes, e.g. `5s`; `off` disables reloading.
-    #[arg(long, env = "TOLLGATE_CONFIG_RELOAD_INTERVAL", default_value = "5s")]
-    pub config_reload_interval: String,
+    #[arg(long, env = "TOLLGATE_CONFIG_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_switchable)]
+    pub config_reload_interval: Switchable,
     /// Global shadow mode: statuses report the truth, but the overall code is always OK.
     #[arg(long, env = "TOLLGATE_SHADOW_MODE")]
     pub shadow_mode: bool,
@@ -128,11 +172,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_STORE_FAILURE_HEADER")]
     pub store_failure_header: bool,
     /// Time between readiness going NOT_SERVING and the listeners closing on shutdown.
-    #[arg(long, env = "TOLLGATE_DRAIN_DELAY", default_value = "0s")]
-    pub drain_delay: String,
+    #[arg(long, env = "TOLLGATE_DRAIN_DELAY", default_value = "0s", value_parser = duration::parse)]
+    pub drain_delay: Duration,
     /// After the drain, how long in-flight calls and open streams may take before exit.
-    #[arg(long, env = "TOLLGATE_SHUTDOWN_GRACE", default_value = "10s")]
-    pub shutdown_grace: String,
+    #[arg(long, env = "TOLLGATE_SHUTDOWN_GRACE", default_value = "10s", value_parser = duration::parse)]
+    pub shutdown_grace: Duration,
     /// Use Redis instead of the in-memory store: redis://[user:pass@]host:port[/db],
     /// rediss://… (TLS), redis-cluster://host:port[,host:port…],
     /// redis-sentinel://host:port[,host:port…]/service[/db].
@@ -161,9 +205,13 @@ pub struct ServeArgs {
     /// Prefix for every Redis key (must not contain braces).
     #[arg(long, env = "TOLLGATE_REDIS_KEY_PREFIX", default_value = "tg:")]
     pub redis_key_prefix: String,
-    /// Deadline for one decision's Redis work; past it the failure mode answers.
-    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT", default_value = "10ms")]
-    pub redis_timeout: String,
+    /// Deadline for one decision's Redis work; past it the failure mode answers. Keep it
+    /// below the caller's own timeout (Envoy's ratelimit filter: 20 ms by default).
+    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT", default_value = "10ms", value_parser = duration::parse_positive)]
+    pub redis_timeout: Duration,
+    /// How long opening one Redis connection (TCP, TLS, AUTH) may take.
+    #[arg(long, env = "TOLLGATE_REDIS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration::parse_positive)]
+    pub redis_connect_timeout: Duration,
     /// Where the Redis scripts take "now" from: redis (TIME, every replica agrees) or local.
     #[arg(long, env = "TOLLGATE_CLOCK", value_enum, default_value = "redis")]
     pub clock: ClockArg,
@@ -188,6 +236,29 @@ pub struct ServeArgs {
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,
+}
+
+fn parse_files(text: &str) -> Result<FileSelection, String> {
+    match text {
+        "yaml" => Ok(FileSelection::Yaml),
+        "all" => Ok(FileSelection::All {
+            ignore_dotfiles: true,
+        }),
+        "all-with-dotfiles" => Ok(FileSelection::All {
+            ignore_dotfiles: false,
+        }),
+        _ => Err(format!(
+            "'{text}' is not one of yaml, all, all-with-dotfiles"
+        )),
+    }
+}
+
+/// A duration flag that `off` (or `0`) disables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Switchable(pub Option<Duration>);
+
+fn parse_switchable(text: &str) -> Result<Switchable, String> {
+    duration::parse_optional(text).map(Switchable)
 }
 
 /// `--failure-mode`.
@@ -248,12 +319,17 @@ pub struct QueryArgs {
     pub addr: String,
     #[arg(long, env = "TOLLGATE_DOMAIN")]
     pub domain: String,
-    /// One descriptor as `key=value,key2=value2` (repeat for several descriptors).
+    /// One descriptor as `key=value,key2=value2`, optionally followed by `;hits=N` for that
+    /// descriptor's own hits_addend (`;hits=0` asks without charging). Repeat for several
+    /// descriptors.
     #[arg(long = "descriptor", required = true)]
     pub descriptors: Vec<String>,
     /// The request's hits_addend.
     #[arg(long)]
     pub hits: Option<u32>,
+    /// Print the response as proto3 JSON instead of one line per descriptor.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `N`, `NKiB`, `NMiB` or `NGiB` bytes.

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod algorithm;
 pub mod cli;
 pub mod clock;
+pub mod compat;
 pub mod config;
 pub mod decision;
 pub mod duration;

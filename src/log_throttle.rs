@@ -44,9 +44,83 @@ fn due_at(kinds: &mut Kinds, kind: &'static str, now: Instant) -> Option<u64> {
     }
 }
 
+/// How long [`due_named`] remembers the names it has written.
+pub const NAMES_PERIOD: Duration = Duration::from_secs(60);
+
+/// Per kind: when the current minute began, the names written in it, and how many lines
+/// were held back since the last one written.
+type Named = HashMap<&'static str, (Instant, Vec<String>, u64)>;
+
+fn named() -> &'static Mutex<Named> {
+    static NAMED: OnceLock<Mutex<Named>> = OnceLock::new();
+    NAMED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// For lines naming something a caller chose (an unknown domain): a line is due for a name
+/// not yet written this minute while fewer than `max_names` were; everything else is held
+/// back and counted. `Some(held back since the last line)` when due.
+pub fn due_named(kind: &'static str, name: &str, max_names: usize) -> Option<u64> {
+    due_named_at(&mut named().lock(), kind, name, max_names, Instant::now())
+}
+
+fn due_named_at(
+    named: &mut Named,
+    kind: &'static str,
+    name: &str,
+    max_names: usize,
+    now: Instant,
+) -> Option<u64> {
+    let (start, names, held) = named.entry(kind).or_insert_with(|| (now, Vec::new(), 0));
+    if now.duration_since(*start) >= NAMES_PERIOD {
+        *start = now;
+        names.clear();
+    }
+    if names.len() >= max_names || names.iter().any(|n| n == name) {
+        *held += 1;
+        return None;
+    }
+    names.push(name.to_string());
+    Some(std::mem::take(held))
+}
+
+/// A caller-chosen name as it may be logged: at most 64 characters, control characters
+/// escaped.
+pub fn printable(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .take(64)
+        .flat_map(char::escape_default)
+        .collect();
+    if name.chars().count() > 64 {
+        out.push('…');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_lines_name_a_bounded_set_per_minute() {
+        let mut named = Named::new();
+        let t0 = Instant::now();
+        for i in 0..10 {
+            assert_eq!(
+                due_named_at(&mut named, "u", &format!("d{i}"), 10, t0),
+                Some(0)
+            );
+        }
+        // The same name again, and an eleventh name, are held back.
+        assert_eq!(due_named_at(&mut named, "u", "d0", 10, t0), None);
+        assert_eq!(due_named_at(&mut named, "u", "d10", 10, t0), None);
+        // A minute later names may be written again, with the count held back.
+        let t1 = t0 + NAMES_PERIOD;
+        assert_eq!(due_named_at(&mut named, "u", "d10", 10, t1), Some(2));
+        assert_eq!(due_named_at(&mut named, "u", "d10", 10, t1), None);
+        assert_eq!(printable("a\nb"), "a\\nb");
+        assert_eq!(printable(&"x".repeat(100)).chars().count(), 65);
+    }
 
     #[test]
     fn one_line_per_period_per_kind_with_what_was_held_back() {

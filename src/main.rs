@@ -7,10 +7,11 @@ use std::time::Duration;
 use clap::Parser;
 use tollgate::cli::{Cli, ClockArg, Command, ServeArgs};
 use tollgate::clock::SystemClock;
+use tollgate::compat;
 use tollgate::config::{load_path, LoadOptions};
-use tollgate::duration;
 use tollgate::metrics::Metrics;
-use tollgate::server::{self, ServerOptions};
+use tollgate::query;
+use tollgate::server::{self, GrpcTls, ServerOptions, Transport};
 use tollgate::settings::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
@@ -23,10 +24,33 @@ use tollgate::validate::Bounds;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut argv = std::env::args_os();
+    let argv0 = argv.next().unwrap_or_default();
+    let (cli, notes) = if compat::invoked_as_ratelimit(&argv0) {
+        // envoyproxy/ratelimit's interface: no arguments, its environment.
+        if argv.next().is_some() {
+            eprintln!(
+                "error: invoked as `ratelimit`, tollgate reads envoyproxy/ratelimit's environment \
+                 and takes no arguments; run `tollgate serve --help` for its flags"
+            );
+            return ExitCode::from(2);
+        }
+        match compat::translate(argv0, &|name| std::env::var(name).ok()) {
+            Ok(t) => (Cli::parse_from(t.args), t.notes),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        (Cli::parse(), Vec::new())
+    };
     if let Err(e) = telemetry::init_logs(&cli.log, cli.log_format.into()) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
+    }
+    for note in notes {
+        tracing::warn!("{note}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -40,37 +64,48 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(*args).await,
+            Command::Serve(args) => serve(*args).await.map(|()| 0),
             Command::CheckConfig(args) => {
                 let config = load_path(
                     &args.path,
                     LoadOptions {
                         merge_domains: args.merge_domains,
+                        ..LoadOptions::default()
                     },
                 )?;
+                if config.domains.is_empty() {
+                    anyhow::bail!("no domain found in {}", args.path.display());
+                }
                 print!("{}", config.describe());
-                Ok(())
+                Ok(0)
             }
             Command::Query(args) => {
-                let out =
-                    tollgate::query::run(&args.addr, &args.domain, &args.descriptors, args.hits)
-                        .await?;
-                print!("{out}");
-                Ok(())
+                let output = if args.json {
+                    query::Output::Json
+                } else {
+                    query::Output::Text
+                };
+                let answer = query::run(
+                    &args.addr,
+                    &args.domain,
+                    &args.descriptors,
+                    args.hits,
+                    output,
+                )
+                .await?;
+                print!("{}", answer.text);
+                Ok(answer.exit_code)
             }
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
-}
-
-fn duration_flag(name: &str, value: &str) -> anyhow::Result<Option<Duration>> {
-    duration::parse_optional(value).map_err(|e| anyhow::anyhow!("--{name}: {e}"))
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -95,20 +130,47 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         local_fallback_share: args.local_fallback_share,
         store_failure_header: args.store_failure_header,
         max_in_flight: args.max_in_flight as usize,
+        disabled: args.disabled,
     };
-    let reload = duration_flag("config-reload-interval", &args.config_reload_interval)?;
+    if args.disabled {
+        tracing::warn!("--disabled: every request is answered OK without a decision");
+    }
     let metrics = Arc::new(Metrics::new());
     let opts = ServerOptions {
         grpc_addr: args.grpc_addr,
         http_addr: args.http_addr,
+        extra_admin_addrs: args
+            .debug_addr
+            .into_iter()
+            .chain(args.metrics_addr)
+            .collect(),
+        admin_json: args.admin_json,
+        transport: Transport {
+            keepalive: args
+                .grpc_keepalive
+                .0
+                .map(|every| (every, Duration::from_secs(20))),
+            max_connection_age: args.grpc_max_connection_age,
+            max_connection_age_grace: args.grpc_max_connection_age_grace,
+            tls: args
+                .grpc_tls_cert
+                .clone()
+                .zip(args.grpc_tls_key.clone())
+                .map(|(cert, key)| GrpcTls {
+                    cert,
+                    key,
+                    client_ca: args.grpc_client_ca.clone(),
+                }),
+        },
         config_path: args.config.clone(),
         load: LoadOptions {
             merge_domains: args.merge_domains,
+            files: args.config_files,
         },
         settings,
-        reload_interval: reload,
-        drain_delay: duration_flag("drain-delay", &args.drain_delay)?.unwrap_or_default(),
-        shutdown_grace: duration_flag("shutdown-grace", &args.shutdown_grace)?.unwrap_or_default(),
+        reload_interval: args.config_reload_interval.0,
+        drain_delay: args.drain_delay,
+        shutdown_grace: args.shutdown_grace,
         metrics: metrics.clone(),
     };
     let shutdown = Shutdown::new();
@@ -134,13 +196,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                         .to_string(),
                 ),
             };
-            let timeout = duration_flag("redis-timeout", &args.redis_timeout)?
-                .ok_or_else(|| anyhow::anyhow!("--redis-timeout must be a positive duration"))?;
             let redis = RedisOptions {
                 url: url.clone(),
                 password,
                 key_prefix: args.redis_key_prefix.clone(),
-                timeout,
+                timeout: args.redis_timeout,
+                connect_timeout: args.redis_connect_timeout,
                 clock: match args.clock {
                     ClockArg::Redis => ClockSource::Redis,
                     ClockArg::Local => ClockSource::Local(Arc::new(SystemClock)),

@@ -39,15 +39,18 @@ pub enum RequestCode {
     Unavailable,
     /// Refused with RESOURCE_EXHAUSTED: `--max-in-flight` decisions were already running.
     Overloaded,
+    /// Answered OK without a decision: `--disabled`, or the domain's `disabled: true`.
+    Disabled,
 }
 
 impl RequestCode {
-    const ALL: [RequestCode; 5] = [
+    const ALL: [RequestCode; 6] = [
         RequestCode::Ok,
         RequestCode::OverLimit,
         RequestCode::Invalid,
         RequestCode::Unavailable,
         RequestCode::Overloaded,
+        RequestCode::Disabled,
     ];
 
     fn label(self) -> &'static str {
@@ -57,6 +60,7 @@ impl RequestCode {
             RequestCode::Invalid => "INVALID",
             RequestCode::Unavailable => "UNAVAILABLE",
             RequestCode::Overloaded => "RESOURCE_EXHAUSTED",
+            RequestCode::Disabled => "DISABLED",
         }
     }
 }
@@ -148,7 +152,7 @@ struct PolicyLabels {
 /// One domain's request counters, by [`RequestCode`], and its limits.
 pub struct DomainMetrics {
     name: String,
-    requests: [Counter; 5],
+    requests: [Counter; 6],
     limits: RwLock<HashMap<String, Arc<LimitMetrics>>>,
 }
 

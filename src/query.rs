@@ -2,17 +2,31 @@
 
 use std::fmt::Write as _;
 
-use crate::json::code_name;
+use crate::json::{code_name, render_response};
 use crate::limit::Unit;
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
+use crate::pb::rls::rate_limit_response::Code;
 use crate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 
-/// Parses `key=value,key2=value2` into a descriptor.
+/// Parses `key=value,key2=value2[;hits=N]` into a descriptor; `;hits=N` sets the descriptor's
+/// own `hits_addend` (`hits=0` asks without charging).
 pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, String> {
+    let (body, hits_addend) = match s.rsplit_once(';') {
+        None => (s, None),
+        Some((body, opt)) => {
+            let n = opt.strip_prefix("hits=").ok_or_else(|| {
+                format!("'{opt}' in descriptor '{s}': only ';hits=N' may follow the entries")
+            })?;
+            let n = n
+                .parse::<u64>()
+                .map_err(|_| format!("'{n}' in descriptor '{s}' is not a number of hits"))?;
+            (body, Some(n))
+        }
+    };
     let mut entries = Vec::new();
-    for part in s.split(',') {
+    for part in body.split(',') {
         let (k, v) = part
             .split_once('=')
             .ok_or_else(|| format!("'{part}' in descriptor '{s}' is not key=value"))?;
@@ -23,8 +37,25 @@ pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, String> {
     }
     Ok(RateLimitDescriptor {
         entries,
+        hits_addend,
         ..Default::default()
     })
+}
+
+/// How `tollgate query` prints the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// One readable line per descriptor.
+    Text,
+    /// The response as proto3 JSON, as Envoy and `/json` spell it.
+    Json,
+}
+
+/// The answer and the exit code `tollgate query` ends with: 0 for OK, 3 for OVER_LIMIT, 1 for
+/// anything else (an error exits 1 before this, a usage error 2).
+pub struct Answer {
+    pub text: String,
+    pub exit_code: u8,
 }
 
 pub async fn run(
@@ -32,7 +63,8 @@ pub async fn run(
     domain: &str,
     descriptors: &[String],
     hits: Option<u32>,
-) -> anyhow::Result<String> {
+    output: Output,
+) -> anyhow::Result<Answer> {
     let req = RateLimitRequest {
         domain: domain.to_string(),
         descriptors: descriptors
@@ -44,7 +76,19 @@ pub async fn run(
     };
     let mut client = RateLimitServiceClient::connect(addr.to_string()).await?;
     let resp = client.should_rate_limit(req.clone()).await?.into_inner();
-    Ok(render(&req, &resp))
+    let text = match output {
+        Output::Text => render(&req, &resp),
+        Output::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&render_response(&resp))?
+        ),
+    };
+    let exit_code = match Code::try_from(resp.overall_code) {
+        Ok(Code::Ok) => 0,
+        Ok(Code::OverLimit) => 3,
+        _ => 1,
+    };
+    Ok(Answer { text, exit_code })
 }
 
 /// The answer, one line per descriptor.
@@ -88,4 +132,24 @@ pub fn render(req: &RateLimitRequest, resp: &RateLimitResponse) -> String {
         let _ = writeln!(out, "header {}: {}", h.key, h.value);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_parse_with_and_without_hits() {
+        let d = parse_descriptor("PATH=/a,user=b").unwrap();
+        assert_eq!(d.entries.len(), 2);
+        assert_eq!(d.entries[1].value, "b");
+        assert_eq!(d.hits_addend, None);
+        let d = parse_descriptor("PATH=/productpage;hits=0").unwrap();
+        assert_eq!(d.entries[0].value, "/productpage");
+        assert_eq!(d.hits_addend, Some(0));
+        assert_eq!(parse_descriptor("k=v;hits=7").unwrap().hits_addend, Some(7));
+        for bad in ["k", "k=v;hits=x", "k=v;cost=1", "k=v;hits=-1"] {
+            assert!(parse_descriptor(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -16,7 +16,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
@@ -39,6 +39,12 @@ pub const HEALTH_SERVICES: [&str; 3] = [
 pub struct ServerOptions {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// More addresses serving the admin router (envoyproxy/ratelimit's debug port 6070 with
+    /// `/rlconfig`, its Prometheus port).
+    pub extra_admin_addrs: Vec<SocketAddr>,
+    /// Serve `POST /json` (it charges real counters with caller-chosen hits; off by default).
+    pub admin_json: bool,
+    pub transport: Transport,
     pub config_path: PathBuf,
     pub load: LoadOptions,
     pub settings: Settings,
@@ -51,6 +57,70 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// Where every part of the server counts (shared with the store).
     pub metrics: Arc<Metrics>,
+}
+
+/// How the gRPC listener treats connections.
+#[derive(Debug, Clone, Default)]
+pub struct Transport {
+    /// HTTP/2 PING interval on idle connections (and how long to wait for the answer).
+    pub keepalive: Option<(Duration, Duration)>,
+    /// Close connections gracefully after this long, so clients rebalance onto new replicas.
+    pub max_connection_age: Option<Duration>,
+    /// After `max_connection_age`, how long open calls may take before the connection closes.
+    pub max_connection_age_grace: Option<Duration>,
+    /// Server TLS (and mutual TLS with a client CA).
+    pub tls: Option<GrpcTls>,
+}
+
+/// PEM files for the gRPC server's TLS.
+#[derive(Debug, Clone)]
+pub struct GrpcTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Clients must present a certificate signed by this CA (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl GrpcTls {
+    fn config(&self) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let read = |what: &str, path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("{what} {}", path.display()))
+        };
+        let identity = Identity::from_pem(
+            read("--grpc-tls-cert", &self.cert)?,
+            read("--grpc-tls-key", &self.key)?,
+        );
+        let mut config = ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &self.client_ca {
+            config = config.client_ca_root(Certificate::from_pem(read("--grpc-client-ca", ca)?));
+        }
+        Ok(config)
+    }
+}
+
+/// Binds `addr`; an unspecified IPv6 address (`[::]`, dual-stack) falls back to `0.0.0.0` on
+/// the same port where the host has no IPv6.
+pub async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    match TcpListener::bind(addr).await {
+        Ok(l) => Ok(l),
+        Err(e) if addr.ip() == std::net::Ipv6Addr::UNSPECIFIED && no_ipv6(&e) => {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+            tracing::info!(%addr, fallback = %v4, error = %e, "no IPv6 here; listening on IPv4");
+            TcpListener::bind(v4)
+                .await
+                .with_context(|| format!("cannot listen for {what} on {v4}"))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen for {what} on {addr}")),
+    }
+}
+
+fn no_ipv6(e: &std::io::Error) -> bool {
+    // EAFNOSUPPORT (97) and EADDRNOTAVAIL (99) on Linux; the portable kinds where they exist.
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::AddrNotAvailable | std::io::ErrorKind::Unsupported
+    ) || matches!(e.raw_os_error(), Some(97 | 99))
 }
 
 /// A started server.
@@ -84,8 +154,10 @@ pub async fn start<S: Store>(
     store: Arc<S>,
     shutdown: Shutdown,
 ) -> anyhow::Result<Running> {
-    let sources = read_sources(&opts.config_path)?;
-    let config = Arc::new(ArcSwap::from_pointee(compile_sources(&sources, opts.load)?));
+    let sources = read_sources(&opts.config_path, opts.load.files)?;
+    let config = compile_sources(&sources, opts.load)?;
+    config.warn_if_empty(&opts.config_path);
+    let config = Arc::new(ArcSwap::from_pointee(config));
     let metrics = opts.metrics.clone();
     let limiter = Arc::new(RateLimiter::new(
         config.clone(),
@@ -94,12 +166,18 @@ pub async fn start<S: Store>(
         metrics.clone(),
     ));
 
-    let grpc_listener = TcpListener::bind(opts.grpc_addr)
-        .await
-        .with_context(|| format!("cannot listen for gRPC on {}", opts.grpc_addr))?;
-    let http_listener = TcpListener::bind(opts.http_addr)
-        .await
-        .with_context(|| format!("cannot listen for HTTP on {}", opts.http_addr))?;
+    let tls = opts
+        .transport
+        .tls
+        .as_ref()
+        .map(GrpcTls::config)
+        .transpose()?;
+    let grpc_listener = bind(opts.grpc_addr, "gRPC").await?;
+    let http_listener = bind(opts.http_addr, "HTTP").await?;
+    let mut extra_listeners = Vec::new();
+    for addr in &opts.extra_admin_addrs {
+        extra_listeners.push(bind(*addr, "HTTP").await?);
+    }
     let grpc_addr = grpc_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
 
@@ -144,18 +222,46 @@ pub async fn start<S: Store>(
             }
         }
     };
-    let grpc = tonic::transport::Server::builder()
+    let t = &opts.transport;
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(t.keepalive.map(|k| k.0))
+        .http2_keepalive_timeout(t.keepalive.map(|k| k.1));
+    if let Some(age) = t.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
+    if let Some(grace) = t.max_connection_age_grace {
+        builder = builder.max_connection_age_grace(grace);
+    }
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).context("gRPC TLS")?;
+    }
+    // TCP_NODELAY on every accepted socket: without it a response can wait for the client's
+    // delayed ACK (Nagle), tens of milliseconds at the tail.
+    let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
+    let grpc = builder
         .add_service(health_service)
         .add_service(RateLimitServiceServer::new(GrpcService(limiter.clone())))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drain());
-    let app = admin::router(Arc::new(AdminState {
-        limiter,
-        config,
-        reload_status,
-        ready,
-    }));
-    let http = axum::serve(http_listener, app).with_graceful_shutdown(drain());
-    tracing::info!(%grpc_addr, %http_addr, "tollgate serving");
+        .serve_with_incoming_shutdown(incoming, drain());
+    let app = admin::router(
+        Arc::new(AdminState {
+            limiter,
+            config,
+            reload_status,
+            ready,
+        }),
+        opts.admin_json,
+    );
+    let http = axum::serve(http_listener, app.clone()).with_graceful_shutdown(drain());
+    let mut tasks = Vec::new();
+    for listener in extra_listeners {
+        let addr = listener.local_addr()?;
+        let extra = axum::serve(listener, app.clone()).with_graceful_shutdown(drain());
+        tracing::info!(%addr, "admin endpoints also served");
+        tasks.push(tokio::spawn(async move {
+            extra.await.context("HTTP server failed")
+        }));
+    }
+    tracing::info!(%grpc_addr, %http_addr, tls = opts.transport.tls.is_some(), "tollgate serving");
     let deadline = {
         let shutdown = shutdown.clone();
         let limit = opts.drain_delay + opts.shutdown_grace;
@@ -168,7 +274,7 @@ pub async fn start<S: Store>(
         }
     };
     let (grpc_deadline, http_deadline) = (deadline(), deadline());
-    let tasks = vec![
+    tasks.extend([
         tokio::spawn(async move {
             tokio::select! {
                 r = grpc => r.context("gRPC server failed"),
@@ -187,7 +293,7 @@ pub async fn start<S: Store>(
                 }
             }
         }),
-    ];
+    ]);
     Ok(Running {
         grpc_addr,
         http_addr,

@@ -68,6 +68,9 @@ impl<S: Store> RateLimitService for GrpcService<S> {
     }
 }
 
+/// Distinct unknown domain names logged per minute at most.
+const UNKNOWN_NAMES_PER_MINUTE: usize = 10;
+
 /// The domain as spans and metrics name it: configured, or `__unknown__`.
 fn domain_label(config: &Config, req: &RateLimitRequest) -> String {
     if config.domains.contains_key(&req.domain) {
@@ -143,6 +146,20 @@ impl<S: Store> RateLimiter<S> {
         let started = Instant::now();
         let config = self.config.load_full();
         let known = config.domains.contains_key(&req.domain);
+        if !known {
+            // No limit applies to a domain nobody configured: say so, or a typo in Envoy's
+            // `domain` is a silent fail-open. Names come from callers, so at most
+            // `UNKNOWN_NAMES_PER_MINUTE` distinct ones are written per minute.
+            if let Some(suppressed) =
+                log_throttle::due_named("unknown_domain", &req.domain, UNKNOWN_NAMES_PER_MINUTE)
+            {
+                tracing::warn!(
+                    domain = %log_throttle::printable(&req.domain),
+                    suppressed,
+                    "request for a domain that is not configured: answered OK without a limit"
+                );
+            }
+        }
         let domain = self
             .metrics
             .domain(if known { &req.domain } else { UNKNOWN_DOMAIN });
@@ -173,6 +190,25 @@ impl<S: Store> RateLimiter<S> {
             CallError::InvalidArgument(m)
         };
         validate(req, &self.settings.bounds).map_err(invalid)?;
+        let policy = config.domains.get(&req.domain).map(|d| d.policy);
+        if self.settings.disabled || policy.is_some_and(|p| p.disabled) {
+            // The kill switch: OK for every descriptor, nothing read or written.
+            self.metrics.request(domain, RequestCode::Disabled);
+            let plan = Plan::no_limits(req.descriptors.len());
+            let decision = assemble(&plan, &[], false);
+            return Ok(response(&self.settings, req, &plan, &decision, None));
+        }
+        if policy.is_some_and(|p| !p.allow_overrides)
+            && req.descriptors.iter().any(|d| d.limit.is_some())
+        {
+            if let Some(suppressed) = log_throttle::due("override_ignored") {
+                tracing::info!(
+                    domain = %req.domain,
+                    suppressed,
+                    "limit override ignored: the domain has allow_overrides: false"
+                );
+            }
+        }
         let plan = plan(config, req).map_err(|e| invalid(e.0))?;
         let mode = ApplyMode {
             count_rejected: self.settings.count_rejected,

@@ -22,6 +22,8 @@ pub struct Settings {
     pub store_failure_header: bool,
     /// Most decisions in flight at once; more are refused at once (`RESOURCE_EXHAUSTED`).
     pub max_in_flight: usize,
+    /// The kill switch: every request is answered OK without touching the store.
+    pub disabled: bool,
 }
 
 impl Default for Settings {
@@ -36,6 +38,7 @@ impl Default for Settings {
             local_fallback_share: 1,
             store_failure_header: false,
             max_in_flight: 4096,
+            disabled: false,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::raw::{RawFile, RawLimit, RawRule};
-use super::{ConfigError, Domain, Level, Pattern, Rule};
+use super::{ConfigError, Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::duration;
 use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams, Unit, UNIT_NAMES};
 
@@ -23,11 +23,24 @@ pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
         Some(d) if !d.is_empty() => d,
         _ => return Err(err("config file cannot have empty domain".into())),
     };
+    if raw.max_hits == Some(0) {
+        return Err(err(format!(
+            "domain '{domain}': max_hits must be at least 1 (it is the largest cost one descriptor may carry)"
+        )));
+    }
     let mut root = Level::default();
     for rule in raw.descriptors.unwrap_or_default() {
         compile_rule(&domain, rule, &mut root).map_err(err)?;
     }
-    Ok(Domain { name: domain, root })
+    Ok(Domain {
+        name: domain,
+        root,
+        policy: DomainPolicy {
+            disabled: raw.disabled,
+            allow_overrides: raw.allow_overrides.unwrap_or(true),
+            max_hits: raw.max_hits,
+        },
+    })
 }
 
 fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(), String> {

@@ -1,5 +1,6 @@
 //! Reading config from disk: one file, or every YAML file of a directory (Kubernetes
-//! ConfigMap mounts included: dotfiles and the `..data` / `..2024_…` entries are skipped).
+//! ConfigMap mounts included: dotfiles and the `..data` / `..2024_…` entries are skipped),
+//! or, as envoyproxy/ratelimit reads its runtime directory, every file in it.
 
 use std::path::{Path, PathBuf};
 
@@ -49,20 +50,47 @@ pub struct LoadOptions {
     /// Several files may declare one domain; their rules are merged (envoyproxy/ratelimit's
     /// `MERGE_DOMAIN_CONFIG`).
     pub merge_domains: bool,
+    /// Which files of a config directory are read.
+    pub files: FileSelection,
 }
 
-/// Loads a file, or every `*.yaml` / `*.yml` file directly in a directory.
+/// Which files of a config directory are read (subdirectories never are).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FileSelection {
+    /// `*.yaml` and `*.yml`, dotfiles skipped.
+    #[default]
+    Yaml,
+    /// Every file, as envoyproxy/ratelimit's runtime loader does; dotfiles too unless
+    /// `ignore_dotfiles` (`RUNTIME_IGNOREDOTFILES`).
+    All { ignore_dotfiles: bool },
+}
+
+impl FileSelection {
+    fn wants(self, name: &str) -> bool {
+        match self {
+            FileSelection::Yaml => {
+                !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+            }
+            FileSelection::All { ignore_dotfiles } => !(ignore_dotfiles && name.starts_with('.')),
+        }
+    }
+}
+
+/// Loads a file, or the selected files directly in a directory.
 pub fn load_path(path: &Path, opts: LoadOptions) -> Result<Config, ConfigError> {
-    compile_sources(&read_sources(path)?, opts)
+    compile_sources(&read_sources(path, opts.files)?, opts)
 }
 
 /// The config's files as `(name, text)`, in a stable order.
-pub fn read_sources(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+pub fn read_sources(
+    path: &Path,
+    files: FileSelection,
+) -> Result<Vec<(String, String)>, ConfigError> {
     let display = path.display().to_string();
     let meta = std::fs::metadata(path)
         .map_err(|e| ConfigError::new(&display, None, format!("cannot read config: {e}")))?;
     let files = if meta.is_dir() {
-        list_yaml(path)
+        list_files(path, files)
             .map_err(|e| ConfigError::new(&display, None, format!("cannot list: {e}")))?
     } else {
         vec![path.to_path_buf()]
@@ -91,13 +119,12 @@ pub fn compile_sources(
     Ok(config)
 }
 
-fn list_yaml(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+fn list_files(dir: &Path, files: FileSelection) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('.') || !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+        if !files.wants(&name.to_string_lossy()) {
             continue;
         }
         // Follows symlinks (ConfigMap files are links into `..data`).
@@ -124,6 +151,15 @@ fn add_domain(
             file,
             None,
             format!("duplicate domain '{}' in config file", domain.name),
+        )),
+        Some(existing) if existing.policy != domain.policy => Err(ConfigError::new(
+            file,
+            None,
+            format!(
+                "domain '{}' is declared again with different disabled / allow_overrides / max_hits; \
+                 give them in one file, or the same in every file",
+                domain.name
+            ),
         )),
         Some(existing) => merge_level(&mut existing.root, domain.root).map_err(|k| {
             ConfigError::new(

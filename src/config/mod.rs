@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 pub use compile::compile_file;
-pub use load::{compile_sources, load_path, read_sources, ConfigError, LoadOptions};
+pub use load::{compile_sources, load_path, read_sources, ConfigError, FileSelection, LoadOptions};
 pub use reload::{ReloadStatus, Reloader};
 
 use crate::limit::Limit;
@@ -29,6 +29,28 @@ pub struct Config {
 pub struct Domain {
     pub name: String,
     pub root: Level,
+    pub policy: DomainPolicy,
+}
+
+/// A domain's own settings (tollgate's top-level keys beside `domain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DomainPolicy {
+    /// `disabled: true`: every request is answered OK without touching the store.
+    pub disabled: bool,
+    /// `allow_overrides: false`: limit overrides in requests are ignored.
+    pub allow_overrides: bool,
+    /// `max_hits: N`: the largest cost one descriptor may carry.
+    pub max_hits: Option<u64>,
+}
+
+impl Default for DomainPolicy {
+    fn default() -> DomainPolicy {
+        DomainPolicy {
+            disabled: false,
+            allow_overrides: true,
+            max_hits: None,
+        }
+    }
 }
 
 /// The rules of one level of the tree, indexed for lookup without allocating.
@@ -186,6 +208,16 @@ impl Level {
 }
 
 impl Config {
+    /// A config without domains answers every request OK with no limit: say so loudly.
+    pub fn warn_if_empty(&self, path: &std::path::Path) {
+        if self.domains.is_empty() {
+            tracing::warn!(
+                path = %path.display(),
+                "no domain found in the config: every request is answered OK without a limit"
+            );
+        }
+    }
+
     /// The compiled limits, one per line, sorted: what `/rlconfig` and `check-config` print.
     /// Starts like envoyproxy/ratelimit's lines; tollgate's extensions follow when set.
     pub fn describe(&self) -> String {

@@ -11,6 +11,15 @@ pub struct RawFile {
     pub domain: Option<String>,
     #[serde(default)]
     pub descriptors: Option<Vec<RawRule>>,
+    /// tollgate: every request of the domain is answered OK without touching the store.
+    #[serde(default)]
+    pub disabled: bool,
+    /// tollgate: `false` ignores the limit overrides callers put in descriptors.
+    #[serde(default)]
+    pub allow_overrides: Option<bool>,
+    /// tollgate: the largest cost one descriptor of this domain may carry.
+    #[serde(default)]
+    pub max_hits: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -84,7 +84,7 @@ impl Reloader {
                 _ = tokio::time::sleep(self.every) => {}
                 _ = shutdown.wait() => return,
             }
-            let sources = match read_sources(&self.path) {
+            let sources = match read_sources(&self.path, self.load.files) {
                 Ok(s) => s,
                 Err(e) => {
                     self.status.record(Err(e.to_string()));
@@ -102,6 +102,7 @@ impl Reloader {
             }
             match compile_sources(&sources, self.load) {
                 Ok(c) => {
+                    c.warn_if_empty(&self.path);
                     self.config.store(Arc::new(c));
                     tracing::info!(path = %self.path.display(), "config reloaded");
                     self.status.record(Ok(()));

@@ -42,6 +42,26 @@ pub struct Plan<'c> {
     pub quota_descriptors: usize,
 }
 
+impl Plan<'_> {
+    /// `n` descriptors, none limited: every one is answered OK without a limit (an unknown
+    /// or disabled domain).
+    pub fn no_limits(n: usize) -> Plan<'static> {
+        Plan {
+            descriptors: vec![
+                DescriptorPlan {
+                    kind: DescriptorKind::NoLimit,
+                    charges: 0..0,
+                    quota: false,
+                    metadata: None,
+                };
+                n
+            ],
+            charges: Vec::new(),
+            quota_descriptors: 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DescriptorKind {
     /// Nothing in the config applies: OK without a limit.
@@ -97,21 +117,24 @@ struct Candidate<'c> {
 
 pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, PlanError> {
     let n = req.descriptors.len();
-    let mut descriptors = Vec::with_capacity(n);
     let Some(domain) = config.domains.get(&req.domain) else {
-        descriptors.resize_with(n, || DescriptorPlan {
-            kind: DescriptorKind::NoLimit,
-            charges: 0..0,
-            quota: false,
-            metadata: None,
-        });
-        return Ok(Plan {
-            descriptors,
-            charges: Vec::new(),
-            quota_descriptors: 0,
-        });
+        return Ok(Plan::no_limits(n));
     };
+    let mut descriptors = Vec::with_capacity(n);
 
+    let cost_of = |i: usize| match req.descriptors[i].hits_addend {
+        Some(h) => h,
+        None => u64::from(req.hits_addend.max(1)),
+    };
+    if let Some(max) = domain.policy.max_hits {
+        if let Some(i) = (0..n).find(|&i| cost_of(i) > max) {
+            return Err(PlanError(format!(
+                "descriptor {i}: hits {} is more than domain '{}' allows (max_hits: {max})",
+                cost_of(i),
+                domain.name
+            )));
+        }
+    }
     let mut paths: Vec<Vec<&'c Rule>> = Vec::with_capacity(n);
     let mut candidates: Vec<Candidate<'c>> = Vec::new();
     let mut replaced: Vec<&'c str> = Vec::new();
@@ -127,7 +150,9 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             },
             (false, false) => Role::Enforced,
         };
-        let kind = if let Some(ov) = &d.limit {
+        // `allow_overrides: false`: the configured limits apply whatever the caller sends.
+        let limit_override = d.limit.as_ref().filter(|_| domain.policy.allow_overrides);
+        let kind = if let Some(ov) = limit_override {
             let unit = check_override(i, ov.requests_per_unit, ov.unit)?;
             candidates.push(Candidate {
                 descriptor: i,
@@ -178,10 +203,6 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         paths.push(path);
     }
 
-    let cost_of = |i: usize| match req.descriptors[i].hits_addend {
-        Some(h) => h,
-        None => u64::from(req.hits_addend.max(1)),
-    };
     let mut charges = Vec::with_capacity(candidates.len());
     for c in candidates {
         if !c.limit.name.is_empty() && replaced.contains(&c.limit.name.as_str()) {

@@ -666,6 +666,7 @@ fn several_files() {
     for case in cases {
         let opts = LoadOptions {
             merge_domains: case.merge_domains,
+            ..LoadOptions::default()
         };
         let got = compile_sources(&sources(case.files), opts);
         let ok = match (&got, &case.want) {
@@ -811,6 +812,7 @@ fn directory_errors_name_the_file() {
         }
         let opts = LoadOptions {
             merge_domains: case.merge_domains,
+            ..LoadOptions::default()
         };
         let want_file = dir.0.join(case.want_file).display().to_string();
         match load_path(&dir.0, opts) {

@@ -264,9 +264,36 @@ async fn http_rlconfig_lists_the_limits() {
     server.stop().await;
 }
 
+/// Test options with `POST /json` served (`--admin-json`).
+fn json_on(settings: Settings) -> TestOptions {
+    TestOptions {
+        settings,
+        admin_json: true,
+        ..TestOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn post_json_is_off_unless_enabled() {
+    let server = start(CONFIG, Settings::default()).await;
+    let resp = http_client()
+        .post(server.http_url("/json"))
+        .body(r#"{"domain":"test","descriptors":[{"entries":[{"key":"b","value":"x"}]}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert!(resp.text().await.unwrap().contains("--admin-json"));
+    // Nothing was charged: gRPC still sees the whole limit.
+    let mut client = server.client().await;
+    let resp = call(&mut client, req("test", &[&[("b", "x")]])).await;
+    assert_eq!(resp.overall_code, OK);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn http_json_decides_like_grpc() {
-    let server = start(CONFIG, Settings::default()).await;
+    let server = start(CONFIG, json_on(Settings::default())).await;
     let http = http_client();
     let url = server.http_url("/json");
     let post = |body: &'static str| http.post(&url).body(body).send();
@@ -541,7 +568,7 @@ async fn global_shadow_mode_reports_over_limit_but_answers_ok() {
         global_shadow: true,
         ..Settings::default()
     };
-    let server = start(CONFIG, settings).await;
+    let server = start(CONFIG, json_on(settings)).await;
     let mut client = server.client().await;
     let first = call(&mut client, req("test", &[&[("b", "s")]])).await;
     assert_eq!(first.overall_code, OK);
@@ -586,7 +613,7 @@ async fn a_store_outage_follows_the_failure_mode() {
             failure_mode: mode,
             ..Settings::default()
         };
-        let server = start_with_store(CONFIG, settings.into(), Arc::new(DownStore)).await;
+        let server = start_with_store(CONFIG, json_on(settings), Arc::new(DownStore)).await;
         let mut client = server.client().await;
         // Nothing to charge: the store is not asked.
         let resp = call(&mut client, req("test", &[&[("nothing", "z")]])).await;

@@ -155,6 +155,7 @@ impl RedisSetup {
                 password: None,
                 key_prefix: self.key_prefix,
                 timeout: self.timeout,
+                connect_timeout: Duration::from_secs(1),
                 clock: self.clock,
                 local_cache_size: self.local_cache_size,
                 metrics: Arc::default(),

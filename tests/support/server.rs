@@ -23,7 +23,7 @@ use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::server::{self, Running, ServerOptions};
+use tollgate::server::{self, Running, ServerOptions, Transport};
 use tollgate::settings::Settings;
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
@@ -97,6 +97,8 @@ pub struct TestOptions {
     pub settings: Settings,
     pub reload_interval: Option<Duration>,
     pub drain_delay: Duration,
+    /// Serve `POST /json` (`--admin-json`).
+    pub admin_json: bool,
 }
 
 impl Default for TestOptions {
@@ -105,6 +107,7 @@ impl Default for TestOptions {
             settings: Settings::default(),
             reload_interval: None,
             drain_delay: Duration::ZERO,
+            admin_json: false,
         }
     }
 }
@@ -177,6 +180,9 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
     let server_opts = ServerOptions {
         grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        extra_admin_addrs: Vec::new(),
+        admin_json: opts.admin_json,
+        transport: Transport::default(),
         config_path: config.path.clone(),
         load: LoadOptions::default(),
         settings: opts.settings,

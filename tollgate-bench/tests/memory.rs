@@ -6,6 +6,7 @@
 mod fake_rls;
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,8 +19,16 @@ use tollgate_bench::{run, BenchArgs};
 /// The system allocator, counting.
 struct Counting;
 
-/// Allocations made so far.
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Allocations this thread made so far (per thread, so the test harness's own threads
+    /// do not count).
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_allocation() {
+    // `try_with`: a thread being torn down may still allocate.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
 /// Bytes allocated and not yet freed.
 static LIVE: AtomicU64 = AtomicU64::new(0);
 /// The most `LIVE` has been since the last [`reset_peak`].
@@ -39,7 +48,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let p = System.alloc(layout);
         if !p.is_null() {
-            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+            count_allocation();
             grew(layout.size());
         }
         p
@@ -53,7 +62,7 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = System.realloc(ptr, layout, new_size);
         if !p.is_null() {
-            ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+            count_allocation();
             shrank(layout.size());
             grew(new_size);
         }
@@ -73,11 +82,11 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Allocations `f` makes.
+/// Allocations `f` makes on this thread.
 fn allocations<T>(f: impl FnOnce() -> T) -> (T, u64) {
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOCATIONS.with(Cell::get);
     let out = f();
-    (out, ALLOCATIONS.load(Ordering::SeqCst) - before)
+    (out, ALLOCATIONS.with(Cell::get) - before)
 }
 
 fn template() -> Vec<DescriptorTemplate> {

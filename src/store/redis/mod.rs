@@ -72,6 +72,8 @@ pub struct RedisOptions {
     pub key_prefix: String,
     /// Deadline for one decision's Redis work.
     pub timeout: Duration,
+    /// How long opening one connection (TCP, TLS, AUTH) may take.
+    pub connect_timeout: Duration,
     pub clock: ClockSource,
     /// Entries in the local over-limit cache; 0 disables it.
     pub local_cache_size: usize,
@@ -239,8 +241,8 @@ impl RedisStore {
             ..Default::default()
         };
         let conn = ConnectionConfig {
-            connection_timeout: Duration::from_secs(1),
-            internal_command_timeout: Duration::from_secs(1),
+            connection_timeout: opts.connect_timeout,
+            internal_command_timeout: opts.connect_timeout,
             max_command_attempts: 1,
             ..Default::default()
         };

@@ -1,16 +1,27 @@
 //! tollgate's Redis URL forms, turned into fred's configuration.
 //!
-//! `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS), `redis-cluster://h:p[,h:p…]`
-//! and `redis-sentinel://h:p[,h:p…]/service[/db]`. Errors never quote the password.
+//! `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS), `redis-cluster://h:p[,h:p…]`,
+//! `redis-sentinel://h:p[,h:p…]/service[/db][?sentinelUsername=u&sentinelPassword=p]` and
+//! `redis+unix:///path/to/redis.sock`. Errors never quote the password.
 
 use fred::prelude::Config;
 
 /// Turns tollgate's URL forms into fred's.
 pub fn fred_config(url: &str) -> Result<Config, String> {
     let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-        "redis URL must start with redis://, rediss://, redis-cluster:// or redis-sentinel://"
+        "redis URL must start with redis://, rediss://, redis-cluster://, redis-sentinel:// or redis+unix://"
             .to_string()
     })?;
+    if scheme == "redis+unix" {
+        return Config::from_url_unix(url)
+            .map_err(|e| format!("invalid redis URL ({:?})", e.kind()));
+    }
+    // Only sentinel URLs take a query (the sentinels' own credentials).
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) if scheme.ends_with("-sentinel") => (r, Some(q)),
+        Some(_) => return Err("only redis-sentinel:// URLs take a ?query".into()),
+        None => (rest, None),
+    };
     let (auth, rest) = match rest.rsplit_once('@') {
         Some((a, r)) => (format!("{a}@"), r),
         None => (String::new(), rest),
@@ -42,6 +53,7 @@ pub fn fred_config(url: &str) -> Result<Config, String> {
             }
             let mut q = vec![format!("sentinelServiceName={service}")];
             q.extend(others);
+            q.extend(query.map(str::to_string));
             format!("{scheme}://{auth}{first}/{db}?{}", q.join("&"))
         }
         other => return Err(format!("unsupported redis URL scheme '{other}'")),
@@ -52,6 +64,9 @@ pub fn fred_config(url: &str) -> Result<Config, String> {
 
 /// The URL's first host (`host:port`), for messages: never the user or password.
 pub fn first_host(url: &str) -> String {
+    if let Some(path) = url.strip_prefix("redis+unix://") {
+        return path.rsplit_once('@').map_or(path, |(_, p)| p).to_string();
+    }
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     let hosts = rest.split('/').next().unwrap_or(rest);
@@ -71,6 +86,8 @@ mod tests {
             "redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
             "redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
             "rediss://127.0.0.1:6380",
+            "redis+unix:///tmp/redis.sock",
+            "redis-sentinel://127.0.0.1:26379/mymaster?sentinelPassword=s3cret",
         ] {
             assert!(fred_config(url).is_ok(), "{url}");
         }
@@ -83,6 +100,7 @@ mod tests {
             "http://x:1",
             "redis-sentinel://h:1",
             "redis://",
+            "redis://h:1?x=y",
         ] {
             assert!(fred_config(bad).is_err(), "{bad}");
         }
