@@ -224,7 +224,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "tollgate_requests",
-            "ShouldRateLimit requests, by domain and outcome (OK, OVER_LIMIT, INVALID, UNAVAILABLE, RESOURCE_EXHAUSTED)",
+            "ShouldRateLimit requests, by domain and outcome (OK, OVER_LIMIT, INVALID, UNAVAILABLE, RESOURCE_EXHAUSTED, DISABLED)",
             requests.clone(),
         );
         let limit_decisions = Family::<LimitLabels, Counter>::default();

@@ -5,7 +5,9 @@
 mod support;
 
 mod config_validation;
+mod dropin;
 mod fallback;
 mod grpc;
 mod metrics;
+mod readme;
 mod tracing;

@@ -24,8 +24,13 @@ descriptors:
 ";
 
 async fn scrape(server: &TestServer) -> Scrape {
+    scrape_url(&server.http_url("/metrics")).await
+}
+
+/// `GET url` parsed as Prometheus text.
+pub(crate) async fn scrape_url(url: &str) -> Scrape {
     let text = http_client()
-        .get(server.http_url("/metrics"))
+        .get(url)
         .send()
         .await
         .expect("GET /metrics")
@@ -36,7 +41,7 @@ async fn scrape(server: &TestServer) -> Scrape {
 }
 
 /// The value of the sample `name` whose labels include every `(label, value)` given.
-fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     scrape
         .samples
         .iter()
