@@ -34,6 +34,9 @@ const UNITS: [(Unit, &str, &str, u64, i32); 7] = [
 /// The accepted config names, for error messages.
 pub const UNIT_NAMES: &str = "second, minute, hour, day, week, month or year";
 
+/// The accepted `algorithm` names, for error messages.
+pub const ALGORITHM_NAMES: &str = "fixed_window, sliding_window or token_bucket";
+
 impl Unit {
     fn row(self) -> &'static (Unit, &'static str, &'static str, u64, i32) {
         // Every variant has a row.

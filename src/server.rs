@@ -137,6 +137,7 @@ impl Running {
         for t in self.tasks {
             t.await.context("server task panicked")??;
         }
+        tracing::info!("tollgate stopped: listeners closed, in-flight calls finished");
         Ok(())
     }
 

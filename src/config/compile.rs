@@ -9,7 +9,9 @@ use std::sync::Arc;
 use super::raw::{RawFile, RawLimit, RawRule};
 use super::{ConfigError, Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::duration;
-use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams, Unit, UNIT_NAMES};
+use crate::limit::{
+    default_key_suffix, Algorithm, Limit, LimitParams, Unit, ALGORITHM_NAMES, UNIT_NAMES,
+};
 
 /// Parses and compiles one YAML file's text. `file` names it in errors.
 pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
@@ -149,11 +151,8 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
     let requests_per_unit = rl.requests_per_unit.unwrap_or(0);
     let algorithm = match rl.algorithm.as_deref() {
         None => Algorithm::FixedWindow,
-        Some(a) => Algorithm::parse(a).ok_or_else(|| {
-            format!(
-                "invalid algorithm '{a}': expected fixed_window, sliding_window or token_bucket"
-            )
-        })?,
+        Some(a) => Algorithm::parse(a)
+            .ok_or_else(|| format!("invalid algorithm '{a}'; expected {ALGORITHM_NAMES}"))?,
     };
     let window_us = match rl.window.as_deref() {
         None => unit.seconds() * 1_000_000,
@@ -186,7 +185,7 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
 }
 
 /// A limit's `window`: a positive whole number of milliseconds, in microseconds.
-fn window_us(text: &str) -> Result<u64, String> {
+pub(super) fn window_us(text: &str) -> Result<u64, String> {
     match duration::parse(text) {
         Ok(d) if !d.is_zero() && d.subsec_nanos() % 1_000_000 == 0 => Ok(d.as_micros() as u64),
         _ => Err(format!(

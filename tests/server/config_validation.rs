@@ -25,8 +25,8 @@ descriptors:
     value: 1.10
     rate_limit: {unit: minute, requests_per_unit: 1}
 ",
-        want: "quote it",
-        line: Some(3),
+        want: "descriptors[0].value: 1.1 is a YAML number, which may not keep its spelling (1.10 reads as 1.1): quote it",
+        line: Some(4),
     },
     Bad {
         name: "unknown top-level key",
@@ -220,8 +220,8 @@ descriptors:
   - key: k
     rate_limit: {unit: fortnight, requests_per_unit: 1}
 ",
-        want: "'d.k': invalid rate limit unit 'fortnight'",
-        line: None,
+        want: "descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'; expected second, minute, hour, day, week, month or year",
+        line: Some(4),
     },
     Bad {
         name: "missing unit",
@@ -339,8 +339,8 @@ descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky_bucket}
 ",
-        want: "'d.k': invalid algorithm 'leaky_bucket'",
-        line: None,
+        want: "rate_limit.algorithm: invalid algorithm 'leaky_bucket'; expected fixed_window, sliding_window or token_bucket",
+        line: Some(4),
     },
     Bad {
         name: "window without a unit suffix",
@@ -349,8 +349,8 @@ descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 1, window: \"90\"}
 ",
-        want: "'d.k': invalid window '90'",
-        line: None,
+        want: "rate_limit.window: invalid window '90': expected a positive whole number of milliseconds",
+        line: Some(4),
     },
     Bad {
         name: "zero window",
@@ -360,7 +360,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, window: 0s}
 ",
         want: "invalid window '0s'",
-        line: None,
+        line: Some(4),
     },
     Bad {
         name: "window with an unknown unit",
@@ -370,7 +370,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, window: 5 parsecs}
 ",
         want: "invalid window '5 parsecs'",
-        line: None,
+        line: Some(4),
     },
     Bad {
         name: "burst on a fixed window",

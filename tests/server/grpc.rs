@@ -823,6 +823,12 @@ const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/ratelimit.y
 
 /// Runs the binary to completion (bounded) and returns (success, stdout, stderr).
 async fn run_bin(args: &[&str]) -> (bool, String, String) {
+    let (code, stdout, stderr) = run_bin_code(args).await;
+    (code == Some(0), stdout, stderr)
+}
+
+/// Runs the binary; its exit code, stdout and stderr.
+async fn run_bin_code(args: &[&str]) -> (Option<i32>, String, String) {
     let out = bounded(
         &format!("tollgate {args:?}"),
         Command::new(BIN).args(args).kill_on_drop(true).output(),
@@ -830,10 +836,24 @@ async fn run_bin(args: &[&str]) -> (bool, String, String) {
     .await
     .expect("run tollgate");
     (
-        out.status.success(),
+        out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+#[tokio::test]
+async fn check_config_refuses_a_directory_without_a_domain() {
+    let config = TempConfig::new("domain: x\n");
+    std::fs::remove_file(config.path()).expect("empty the directory");
+    std::fs::write(config.dir.join("notes.txt"), "not yaml").expect("write");
+    let dir = config.dir.display().to_string();
+    let (code, _, stderr) = run_bin_code(&["check-config", &dir]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no domain found in {dir}")),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -865,6 +885,16 @@ async fn check_config_names_the_file_and_line_of_an_error() {
             "domain: test\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      requests_per_unit: lots\n",
             "line 6",
             "requests_per_unit",
+        ),
+        (
+            "domain: test\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minnute\n      requests_per_unit: 3\n",
+            "line 5",
+            "invalid rate limit unit 'minnute'; expected second, minute, hour, day, week, month or year",
+        ),
+        (
+            "domain: test\ndescriptors:\n  - key: version\n    value: 1.10\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+            "line 4",
+            "quote it",
         ),
     ];
     for (yaml, line, what) in cases {
@@ -914,9 +944,9 @@ async fn serve_answers_queries_and_exits_cleanly_on_sigterm() {
             "--http-addr",
             &http_addr,
         ])
-        .env("TOLLGATE_LOG", "warn")
+        .env("TOLLGATE_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("start tollgate serve");
@@ -961,14 +991,80 @@ async fn serve_answers_queries_and_exits_cleanly_on_sigterm() {
         );
     }
 
+    // For scripts: proto3 JSON, exit 0 for OK and 3 for OVER_LIMIT; ';hits=0' charges nothing.
+    let json_query = |descriptor: &'static str| {
+        let addr = addr.clone();
+        async move {
+            run_bin_code(&[
+                "query",
+                "--addr",
+                &addr,
+                "--domain",
+                "edge",
+                "--descriptor",
+                descriptor,
+                "--json",
+            ])
+            .await
+        }
+    };
+    let (code, stdout, stderr) = json_query("api_key=abc;hits=0").await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let answer: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(answer["overallCode"], "OK", "{stdout}");
+    assert_eq!(answer["statuses"][0]["limitRemaining"], 8, "{stdout}");
+    assert_eq!(
+        answer["statuses"][0]["currentLimit"]["requestsPerUnit"], 10,
+        "{stdout}"
+    );
+    let (code, _, stderr) = json_query("api_key=abc;hits=8").await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stdout, stderr) = json_query("api_key=abc;hits=0").await;
+    assert_eq!(code, Some(3), "{stdout} {stderr}");
+    let answer: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(answer["overallCode"], "OVER_LIMIT", "{stdout}");
+    // Errors exit 1 (nothing listens there), usage errors 2.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, stderr) = run_bin_code(&[
+        "query",
+        "--addr",
+        &closed,
+        "--domain",
+        "edge",
+        "--descriptor",
+        "a=b",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    let (code, _, stderr) = run_bin_code(&[
+        "query",
+        "--addr",
+        &addr,
+        "--domain",
+        "edge",
+        "--descriptor",
+        "a=b;cost=1",
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("only ';hits=N'"), "{stderr}");
+    let (code, _, _) = run_bin_code(&["query", "--descriptor", "a=b"]).await;
+    assert_eq!(code, Some(2));
+
     let killed = bounded("kill", Command::new("kill").arg(pid.to_string()).status())
         .await
         .expect("run kill");
     assert!(killed.success());
+    let mut stderr = child.0.stderr.take().expect("stderr");
     let status = bounded("tollgate exit after SIGTERM", child.0.wait())
         .await
         .expect("wait for tollgate");
     assert!(status.success(), "exit status {status}");
+    let mut log = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut log)
+        .await
+        .expect("read stderr");
+    assert!(log.contains("tollgate stopped"), "no stop message: {log}");
 }
 
 // --- Overload --------------------------------------------------------------------------------
