@@ -357,25 +357,28 @@ fn promoted(cluster: &RedisCluster, port: u16) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killing_a_primary_resumes_decisions_after_failover() {
-    let mut cluster = blocking(|| RedisCluster::start(3, 1));
-    let store = redis_store(&cluster.seed_url(), "failover:", Duration::from_millis(200));
-    let server = start_ready(store, FailureMode::Error).await;
+    primary_kill_resumes(Seed::Every).await;
+}
 
-    // Find the primary holding the traffic's tenant counter, and its replica.
-    let mut client = server.client().await;
-    let warm = try_call(&mut client, tenant_req("alpha")).await;
-    assert!(warm.is_ok_and(|r| r.overall_code == OK), "warm-up call");
+/// The URL names only the primary that dies: tollgate must keep the topology it learned from
+/// the other nodes and recover without its seed (the Kubernetes case of one pod address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_only_seed_primary_resumes_decisions_after_failover() {
+    primary_kill_resumes(Seed::Victim).await;
+}
+
+/// Which nodes the `redis-cluster://` URL names.
+#[derive(Debug, Clone, Copy)]
+enum Seed {
+    Every,
+    Victim,
+}
+
+async fn primary_kill_resumes(seed: Seed) {
+    let mut cluster = blocking(|| RedisCluster::start(3, 1));
+    // The primary that holds the traffic's tenant counter, and its replica.
     let (victim, heir) = blocking(|| {
-        let victim = cluster
-            .masters()
-            .into_iter()
-            .find(|&p| {
-                cluster
-                    .cli(p, &["KEYS", "failover:v2:{faults|tenant=alpha}*"])
-                    .lines()
-                    .any(|l| !l.is_empty())
-            })
-            .expect("a primary holds the tenant's counter");
+        let victim = cluster.primary_for("{faults|tenant=alpha}");
         let heir = cluster
             .replicas()
             .into_iter()
@@ -383,6 +386,22 @@ async fn killing_a_primary_resumes_decisions_after_failover() {
             .expect("the primary has a replica");
         (victim, heir)
     });
+    let url = match seed {
+        Seed::Every => cluster.seed_url(),
+        Seed::Victim => format!("redis-cluster://127.0.0.1:{victim}"),
+    };
+    let store = redis_store(&url, "failover:", Duration::from_millis(200));
+    let server = start_ready(store, FailureMode::Error).await;
+    let mut client = server.client().await;
+    let warm = try_call(&mut client, tenant_req("alpha")).await;
+    assert!(warm.is_ok_and(|r| r.overall_code == OK), "warm-up call");
+    let held = blocking(|| {
+        cluster
+            .cli(victim, &["KEYS", "failover:v2:{faults|tenant=alpha}*"])
+            .lines()
+            .any(|l| !l.is_empty())
+    });
+    assert!(held, "primary {victim} holds the tenant's counter");
 
     fn alpha(_: usize, _: usize) -> RateLimitRequest {
         tenant_req("alpha")
@@ -437,7 +456,7 @@ async fn killing_a_primary_resumes_decisions_after_failover() {
         .count();
     let resumed = first_after.map(|t| t.duration_since(killed));
     println!(
-        "failover: replica {heir} promoted {} after primary {victim} was killed; first decision \
+        "failover ({seed:?} seed): replica {heir} promoted {} after primary {victim} was killed; first decision \
          {} after the kill (gap since the last one before: {}); {} calls failed in between \
          (UNAVAILABLE per policy), slowest {}",
         ms(failover),

@@ -98,3 +98,80 @@ fn flags_are_found_in_text() {
         .collect();
     assert_eq!(found, want);
 }
+
+#[test]
+fn the_llm_gateway_excerpt_is_in_the_example_file() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/llm-gateway.yaml"
+    ))
+    .expect("example");
+    let start = readme
+        .find("```yaml\ndomain: llm-gateway")
+        .expect("excerpt")
+        + 8;
+    let end = start + readme[start..].find("```").expect("end of excerpt");
+    let mut file_lines = example.lines();
+    for line in readme[start..end].lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            file_lines.any(|f| f == line),
+            "README's excerpt line {line:?} is not in examples/llm-gateway.yaml (in order)"
+        );
+    }
+}
+
+/// `package version -> features` as `cargo tree` resolves them for `args`.
+fn resolved_features(args: &[&str]) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "--prefix", "none", "-f", "{p}|{f}"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut map = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim_end_matches(" (*)");
+        if let Some((package, features)) = line.split_once('|') {
+            // Path packages carry their directory; the name and version are enough.
+            let package = package.split(" (").next().unwrap_or(package).to_string();
+            map.entry(package).or_default().extend(
+                features
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_string),
+            );
+        }
+    }
+    map
+}
+
+/// README's two commands share one build: every crate `cargo run --release` compiles is
+/// resolved with the same features by `cargo test --release --workspace`, so the second
+/// command compiles only what the tests add (Cargo.toml's "feature unification" list).
+#[test]
+fn the_test_build_reuses_what_the_run_build_compiled() {
+    let run = resolved_features(&["-p", "tollgate", "-e", "normal,build"]);
+    let test = resolved_features(&["--workspace", "-e", "normal,build,dev"]);
+    let differ: Vec<String> = run
+        .iter()
+        .filter_map(|(package, features)| {
+            let in_test = test.get(package)?;
+            (in_test != features).then(|| {
+                let extra: Vec<&String> = in_test.difference(features).collect();
+                format!("{package}: the test build adds {extra:?}")
+            })
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "add these features to Cargo.toml's feature-unification list:\n{}",
+        differ.join("\n")
+    );
+}

@@ -453,6 +453,27 @@ impl RedisCluster {
     }
 
     /// The hash slot of `key`, as the cluster computes it (`CLUSTER KEYSLOT`).
+    /// The running primary that serves `key`'s slot, by its own `CLUSTER NODES` line.
+    pub fn primary_for(&self, key: &str) -> u16 {
+        let slot = self.slot_of(key);
+        self.masters()
+            .into_iter()
+            .find(|&port| {
+                let nodes = self.cli(port, &["CLUSTER", "NODES"]);
+                let Some(myself) = nodes.lines().find(|l| l.contains("myself")) else {
+                    return false;
+                };
+                myself.split_whitespace().skip(8).any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    match (a.parse::<u16>(), b.parse::<u16>()) {
+                        (Ok(a), Ok(b)) => (a..=b).contains(&slot),
+                        _ => false,
+                    }
+                })
+            })
+            .unwrap_or_else(|| panic!("no running primary serves slot {slot} of {key:?}"))
+    }
+
     pub fn slot_of(&self, key: &str) -> u16 {
         let port = *self
             .running_ports()
