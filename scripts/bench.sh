@@ -180,20 +180,20 @@ start_tollgate cluster --redis-url "redis-cluster://127.0.0.1:${CLUSTER[0]}" --r
 scenarios cluster "${CLUSTER[*]}"
 kill "$TG_PID"
 
-echo "redis-benchmark running decide.lua directly..." >&2
-SHA=$(redis-cli -p "$SINGLE" script load "$(cat lua/decide.lua)")
+echo "redis-benchmark running tollgate.lua directly..." >&2
+SHA=$(redis-cli -p "$SINGLE" script load "$(cat lua/tollgate.lua)")
 rb() { # name port extra...
   local name=$1 port=$2; shift 2
   local r0 r1 out rps
   r0=$(redis_cpu "$port")
   out=$(redis-benchmark -p "$port" -n 200000 -c 50 -r 10000 "$@" \
-    EVALSHA "$SHA" 1 'tg:{bench|key=__rand_int__}|f1' '' 0 0 1 1 f 4000000000 1000000 4000000000 0 1 e 2>/dev/null | tr '\r' '\n')
+    EVALSHA "$SHA" 1 'tg:v2:{bench|key=__rand_int__}|f1' '' 0 0 1 1 f 4000000000 60000000 4000000000 0 1 e 2>/dev/null | tr '\r' '\n')
   r1=$(redis_cpu "$port")
   rps=$(echo "$out" | grep -o '[0-9.]* requests per second' | tail -1 | awk '{print $1}')
   echo "| $name | ${rps:-?} | $(python3 -c "print(f'{($r1-$r0)/200000*1e6:.1f}')") |"
 }
-RB1=$(rb "EVALSHA decide.lua, 1 key, 50 clients" "$SINGLE")
-RB16=$(rb "EVALSHA decide.lua, 1 key, 50 clients, pipeline 16" "$SINGLE" -P 16)
+RB1=$(rb "EVALSHA tollgate.lua, 1 key, 50 clients" "$SINGLE")
+RB16=$(rb "EVALSHA tollgate.lua, 1 key, 50 clients, pipeline 16" "$SINGLE" -P 16)
 RBINCR=$(redis-benchmark -p "$SINGLE" -n 200000 -c 50 -r 10000 -q INCR 'k:__rand_int__' 2>/dev/null | tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | awk '{print $1}')
 
 {

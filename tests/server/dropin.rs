@@ -16,6 +16,7 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::metrics::{scrape_url, value};
 use crate::support::binary::{Binary, Start, BIN};
+use crate::support::pki::Pki;
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
 
@@ -361,97 +362,6 @@ descriptors:
     server.stop().await;
 }
 
-/// Certificates made with `openssl` for one test: a CA, a server certificate for 127.0.0.1
-/// and localhost, a client certificate.
-struct Pki {
-    dir: TempConfig,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = TempConfig::new("");
-        let pki = Pki { dir };
-        let ext = pki.path("san.ext");
-        std::fs::write(
-            &ext,
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-        )
-        .expect("ext");
-        pki.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tollgate test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ]);
-        // Extensions make v3 certificates (rustls refuses v1).
-        std::fs::write(pki.path("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
-        for (name, ext) in [("server", "san.ext"), ("client", "client.ext")] {
-            pki.openssl(&[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                &format!("/CN={name}"),
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-            ]);
-            let args = vec![
-                "x509".to_string(),
-                "-req".into(),
-                "-in".into(),
-                format!("{name}.csr"),
-                "-CA".into(),
-                "ca.crt".into(),
-                "-CAkey".into(),
-                "ca.key".into(),
-                "-CAcreateserial".into(),
-                "-days".into(),
-                "2".into(),
-                "-out".into(),
-                format!("{name}.crt"),
-                "-extfile".into(),
-                ext.into(),
-            ];
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            pki.openssl(&args);
-        }
-        pki
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(&self.dir.dir)
-            .output()
-            .expect("openssl is needed for the TLS tests (Debian: apt-get install openssl)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.dir.join(name)
-    }
-
-    fn read(&self, name: &str) -> Vec<u8> {
-        std::fs::read(self.path(name)).expect("read pem")
-    }
-}
-
 async fn tls_call(
     grpc_port: u16,
     tls: Option<ClientTlsConfig>,
@@ -474,7 +384,7 @@ async fn tls_call(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_serves_tls_and_mutual_tls() {
-    let pki = tokio::task::block_in_place(Pki::new);
+    let pki = tokio::task::block_in_place(Pki::make);
     let config = TempConfig::new(KILL_CONFIG);
     let start_tls = |client_ca: bool| {
         let (grpc_port, http_port) = (free_port(), free_port());

@@ -10,4 +10,5 @@ mod fallback;
 mod grpc;
 mod metrics;
 mod readme;
+mod redis_tls;
 mod tracing;

@@ -5,6 +5,7 @@
 
 pub mod binary;
 pub mod kit;
+pub mod pki;
 pub mod process;
 pub mod redis;
 pub mod server;
