@@ -9,6 +9,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod sentinel;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
