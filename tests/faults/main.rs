@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod pause;
 mod sentinel;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +48,8 @@ descriptors:
       - {name: global, unit: minute, requests_per_unit: 100000000, shared: true}
   - key: tiny
     rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: thousand
+    rate_limit: {unit: minute, requests_per_unit: 1000}
 "#;
 
 fn ms(d: Duration) -> String {

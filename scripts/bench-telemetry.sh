@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# What telemetry costs: decisions per tollgate CPU-second on the memory store, scenario (a)
+# of scripts/bench.sh, for three builds/settings run in alternation (single runs on a 2-core box
+# vary by ±15%, so the medians of ROUNDS alternating runs are compared):
+#   before   - BEFORE_BIN, a build from before the prometheus-client metrics (optional)
+#   metrics  - this build, tracing off (OTEL_* unset: no tracer is created)
+#   tracing  - this build, OTLP tracing on at 1% sampling (parentbased_traceidratio 0.01)
+#
+#   scripts/bench-telemetry.sh [ROUNDS] [BEFORE_BIN]     # default 5 rounds, no "before"
+#
+# The OTLP endpoint is a closed local port: spans are created, sampled and batched as in
+# production, and the exporter's failed sends (every 5 s) are part of the cost.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${1:-5}
+BEFORE=${2:-}
+DURATION=5s
+WORK=$(mktemp -d /tmp/tollgate-telemetry.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+cargo build --release --quiet --workspace --bins
+TG=target/release/tollgate
+BENCH=target/release/tollgate-bench
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_s() {
+  python3 - "$1" <<'PY'
+import os, sys
+f = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
+print((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
+PY
+}
+
+# one NAME BIN [ENV...]: prints decisions per tollgate CPU-second of one run
+one() {
+  local name=$1 bin=$2; shift 2
+  local grpc http pid c0 c1 json
+  grpc=$(free_port); http=$(free_port)
+  env -i PATH="$PATH" "$@" "$bin" serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$grpc" \
+    --http-addr "127.0.0.1:$http" --log error 2>"$WORK/$name.log" &
+  pid=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  $BENCH --addr "http://127.0.0.1:$grpc" --domain bench --descriptor 'key={key}' --keys 10000 \
+    --duration 1s --warmup 0s --json >/dev/null 2>&1
+  c0=$(cpu_s "$pid")
+  json=$($BENCH --addr "http://127.0.0.1:$grpc" --domain bench --descriptor 'key={key}' --keys 10000 \
+    --duration "$DURATION" --warmup 0s --json 2>/dev/null)
+  c1=$(cpu_s "$pid")
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(round(d['requests']/($c1-$c0)))" "$json"
+}
+
+closed=$(free_port)
+declare -A RESULTS
+for r in $(seq 1 "$ROUNDS"); do
+  if [ -n "$BEFORE" ]; then RESULTS[before]+="$(one before "$BEFORE") "; fi
+  RESULTS[metrics]+="$(one metrics "$TG") "
+  RESULTS[tracing]+="$(one tracing "$TG" OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$closed" \
+    OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.01) "
+  echo "round $r/$ROUNDS: ${RESULTS[*]}" >&2
+done
+
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "| build / setting | decisions per tollgate CPU-s, $ROUNDS alternating runs | median |"
+echo "|---|---|---|"
+for k in before metrics tracing; do
+  [ -n "${RESULTS[$k]:-}" ] || continue
+  echo "| $k | ${RESULTS[$k]} | $(echo "${RESULTS[$k]}" | median) |"
+done
