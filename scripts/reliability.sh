@@ -41,15 +41,16 @@ SOAK=$( [ -f "$OUT" ] && sed -n '/^## Soak/,$p' "$OUT" || true)
   echo "| scenario | measured |"
   echo "|---|---|"
   # --quiet prints a progress dot before a test's output: match anywhere in the line.
-  grep -oE '(failover \(|sentinel failover|pause: |outage, |recovery, |startup with|cluster outage|\[(single|cluster)).*' "$LOG" \
+  grep -oE '(failover \(|sentinel failover|pause: |replica kill: |restart empty: |slot migration: |outage, |recovery, |startup with|cluster outage|\[(single|cluster)).*' "$LOG" \
     | sed -E 's/^\[([^]]*)\] /script flush, \1: /' \
     | sed -E 's/^([^:]*): (.*)$/| \1 | \2 |/'
   echo
-  echo "Not yet in this matrix: live resharding under load, and a restart with empty data"
-  echo "under two instances with an over-admission count. A replica kill, a paused primary and"
-  echo "a killed primary under two instances for minutes are in \`scripts/soak.sh\` (its"
-  echo "output, pasted by hand, is kept below). Redis over mutual TLS is tested in"
-  echo "\`tests/server/redis_tls.rs\`."
+  echo "Live slot migration under load (\`redis-cli --cluster reshard\`'s steps) is a known bug:"
+  echo "decisions for the moving slot fail (UNAVAILABLE, never over-admitted) until it ends; its"
+  echo "test is ignored until fixed (\`cargo test --release --test faults migrating -- --ignored\`)."
+  echo "The 10-minute soak (a killed primary, a paused primary and a killed replica in turn under"
+  echo "two instances) is \`scripts/soak.sh\`; its output, pasted by hand, is kept below. Redis"
+  echo "over mutual TLS is tested in \`tests/server/redis_tls.rs\`."
   if [ -n "$SOAK" ]; then echo; echo "$SOAK"; fi
 } > "$OUT"
 echo "wrote $OUT" >&2

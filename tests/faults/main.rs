@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod matrix;
 mod pause;
 mod sentinel;
 
