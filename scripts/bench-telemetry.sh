@@ -6,7 +6,9 @@
 #   metrics  - this build, tracing off (OTEL_* unset: no tracer is created)
 #   tracing  - this build, OTLP tracing on at 1% sampling (parentbased_traceidratio 0.01)
 #
-#   scripts/bench-telemetry.sh [ROUNDS] [BEFORE_BIN]     # default 5 rounds, no "before"
+#   scripts/bench-telemetry.sh [ROUNDS] [BEFORE_BIN] [AFTER_BIN]
+#       default 5 rounds, no "before"; AFTER_BIN (default this build) runs "metrics"; "tracing"
+#       always runs this build
 #
 # The OTLP endpoint is a closed local port: spans are created, sampled and batched as in
 # production, and the exporter's failed sends (every 5 s) are part of the cost.
@@ -15,6 +17,7 @@ cd "$(dirname "$0")/.."
 
 ROUNDS=${1:-5}
 BEFORE=${2:-}
+AFTER=${3:-}
 DURATION=5s
 WORK=$(mktemp -d /tmp/tollgate-telemetry.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -55,7 +58,7 @@ closed=$(free_port)
 declare -A RESULTS
 for r in $(seq 1 "$ROUNDS"); do
   if [ -n "$BEFORE" ]; then RESULTS[before]+="$(one before "$BEFORE") "; fi
-  RESULTS[metrics]+="$(one metrics "$TG") "
+  RESULTS[metrics]+="$(one metrics "${AFTER:-$TG}") "
   RESULTS[tracing]+="$(one tracing "$TG" OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$closed" \
     OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.01) "
   echo "round $r/$ROUNDS: ${RESULTS[*]}" >&2

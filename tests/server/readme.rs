@@ -7,8 +7,9 @@ use std::process::Command;
 
 use crate::support::binary::BIN;
 
-/// Flags README.md names that belong to other tools (cargo, helm, docker, envoy).
+/// Flags README.md names that belong to other tools (cargo, helm, docker, envoy, redis-cli).
 const OTHER_TOOLS: &[&str] = &[
+    "--cluster",
     "--release",
     "--workspace",
     "--all-targets",
