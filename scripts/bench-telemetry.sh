@@ -14,6 +14,8 @@
 # production, and the exporter's failed sends (every 5 s) are part of the cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 ROUNDS=${1:-5}
 BEFORE=${2:-}
@@ -25,15 +27,6 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 cargo build --release --quiet --workspace --bins
 TG=target/release/tollgate
 BENCH=target/release/tollgate-bench
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cpu_s() {
-  python3 - "$1" <<'PY'
-import os, sys
-f = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
-print((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
-PY
-}
 
 # one NAME BIN [ENV...]: prints decisions per tollgate CPU-second of one run
 one() {

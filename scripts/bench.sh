@@ -10,6 +10,8 @@
 # compared with redis-benchmark running the same script directly (the ceiling).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 DURATION=${1:-10s}
 WARMUP=2s
@@ -32,30 +34,6 @@ echo "building tollgate (release)..." >&2
 cargo build --release --quiet --workspace --bins
 TG=target/release/tollgate
 BENCH=target/release/tollgate-bench
-
-free_port() {
-  python3 - "$@" <<'PY'
-import socket, sys
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + 10000 > 65535:
-        continue
-    t = socket.socket()
-    try:
-        t.bind(("127.0.0.1", p + 10000)); t.close(); print(p); break
-    except OSError:
-        t.close()
-PY
-}
-
-# CPU seconds (user+system) a process has used so far.
-cpu_s() {
-  python3 - "$1" <<'PY'
-import os, sys
-f = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
-print((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
-PY
-}
 
 redis_cpu() { # total used_cpu_user+sys over the given ports
   local total=0

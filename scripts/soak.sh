@@ -13,6 +13,8 @@
 # (Redis replication is asynchronous), so that fault may over-admit; the others must not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 
 MINUTES=${1:-10}
 PERIOD=30
@@ -36,21 +38,6 @@ echo "building tollgate and tollgate-bench (release)..." >&2
 cargo build --release --quiet --workspace --bins
 TG=target/release/tollgate
 BENCH=target/release/tollgate-bench
-
-free_port() {
-  python3 - <<'PY'
-import socket
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + 10000 > 65535:
-        continue
-    t = socket.socket()
-    try:
-        t.bind(("127.0.0.1", p + 10000)); t.close(); print(p); break
-    except OSError:
-        t.close()
-PY
-}
 
 declare -A NODE_PID
 start_node() { # port

@@ -1,0 +1,26 @@
+# Shell helpers the benchmark and soak scripts share (sourced, not run).
+
+# A free loopback port whose +10000 is free too (a Redis Cluster node's bus port).
+free_port() {
+  python3 - <<'PY'
+import socket
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p + 10000 > 65535:
+        continue
+    t = socket.socket()
+    try:
+        t.bind(("127.0.0.1", p + 10000)); t.close(); print(p); break
+    except OSError:
+        t.close()
+PY
+}
+
+# CPU seconds (user+system) process $1 has used so far.
+cpu_s() {
+  python3 - "$1" <<'PY'
+import os, sys
+f = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
+print((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
+PY
+}
