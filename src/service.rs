@@ -20,7 +20,7 @@ use opentelemetry::KeyValue;
 use tokio::sync::Semaphore;
 
 use crate::clock::SystemClock;
-use crate::config::Config;
+use crate::config::{Config, DomainPolicy};
 use crate::decision::{self, assemble, Code, Decision};
 use crate::log_throttle;
 use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
@@ -70,15 +70,6 @@ impl<S: Store> RateLimitService for GrpcService<S> {
 
 /// Distinct unknown domain names logged per minute at most.
 const UNKNOWN_NAMES_PER_MINUTE: usize = 10;
-
-/// The domain as spans and metrics name it: configured, or `__unknown__`.
-fn domain_label(config: &Config, req: &RateLimitRequest) -> String {
-    if config.domains.contains_key(&req.domain) {
-        req.domain.clone()
-    } else {
-        UNKNOWN_DOMAIN.to_string()
-    }
-}
 
 /// Why a call failed, mapped to a gRPC status or an HTTP code by the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -145,7 +136,9 @@ impl<S: Store> RateLimiter<S> {
     ) -> Result<RateLimitResponse, CallError> {
         let started = Instant::now();
         let config = self.config.load_full();
-        let known = config.domains.contains_key(&req.domain);
+        // One lookup: the domain's policy, and whether it is configured at all.
+        let policy = config.domains.get(&req.domain).map(|d| d.policy);
+        let known = policy.is_some();
         if !known {
             // No limit applies to a domain nobody configured: say so, or a typo in Envoy's
             // `domain` is a silent fail-open. Names come from callers, so at most
@@ -172,7 +165,7 @@ impl<S: Store> RateLimiter<S> {
                 self.settings.max_in_flight
             )));
         };
-        let result = self.decide(req, &config, &domain).await;
+        let result = self.decide(req, &config, policy, &domain).await;
         self.metrics
             .decision_duration
             .observe(started.elapsed().as_secs_f64());
@@ -183,6 +176,7 @@ impl<S: Store> RateLimiter<S> {
         &self,
         req: &RateLimitRequest,
         config: &Config,
+        policy: Option<DomainPolicy>,
         domain: &DomainMetrics,
     ) -> Result<RateLimitResponse, CallError> {
         let invalid = |m: String| {
@@ -190,7 +184,6 @@ impl<S: Store> RateLimiter<S> {
             CallError::InvalidArgument(m)
         };
         validate(req, &self.settings.bounds).map_err(invalid)?;
-        let policy = config.domains.get(&req.domain).map(|d| d.policy);
         if self.settings.disabled || policy.is_some_and(|p| p.disabled) {
             // The kill switch: OK for every descriptor, nothing read or written.
             self.metrics.request(domain, RequestCode::Disabled);
@@ -229,7 +222,15 @@ impl<S: Store> RateLimiter<S> {
         self.observe(req, &plan, &outcomes, &decision, domain);
         telemetry::annotate(|| {
             vec![
-                KeyValue::new("tollgate.domain", domain_label(config, req)),
+                // Spans name a domain as metrics do: configured, or `__unknown__`.
+                KeyValue::new(
+                    "tollgate.domain",
+                    if policy.is_some() {
+                        req.domain.clone()
+                    } else {
+                        UNKNOWN_DOMAIN.to_string()
+                    },
+                ),
                 KeyValue::new("tollgate.descriptors", req.descriptors.len() as i64),
                 KeyValue::new("tollgate.charges", plan.charges.len() as i64),
                 KeyValue::new(
