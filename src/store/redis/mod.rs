@@ -16,6 +16,7 @@
 
 mod health;
 mod local_cache;
+mod migration;
 mod script;
 mod tls;
 mod url;
@@ -33,6 +34,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use self::local_cache::{LocalCache, Lookup};
+use self::migration::Migrations;
 use self::script::{args, eval, parse_reply, Script};
 use super::placement::{place, Placed};
 use super::protocol::{Mode, Next, Protocol, Undo};
@@ -107,6 +109,8 @@ struct Inner {
     /// Upkeep rounds so far (`maintain` runs about twice a second).
     ticks: AtomicU64,
     cache: LocalCache,
+    /// Slots seen migrating between primaries, and where each is imported.
+    migrations: Migrations,
     /// The instance clock, for the local cache.
     wall: Arc<dyn Clock>,
 }
@@ -244,6 +248,10 @@ impl RedisStore {
             connection_timeout: opts.connect_timeout,
             internal_command_timeout: opts.connect_timeout,
             max_command_attempts: 1,
+            // fred follows no redirect: `script::eval` follows MOVED and ASK itself (fred's
+            // ASK handling sends the command back to the source; see `migration`). fred still
+            // re-reads the topology on MOVED. 0 here, since 0 per call means "the default".
+            max_redirections: 0,
             ..Default::default()
         };
         let policy = ReconnectPolicy::new_exponential(0, 50, 1_000, 2);
@@ -265,6 +273,7 @@ impl RedisStore {
                 eviction_warning: Mutex::new(None),
                 script: Script::tollgate(),
                 cache: LocalCache::new(opts.local_cache_size),
+                migrations: Migrations::default(),
                 prefix: format!("{}{KEY_FORMAT}", opts.key_prefix),
                 client,
                 opts,
@@ -320,6 +329,7 @@ impl Inner {
             &self.client,
             &self.call_options(),
             &self.script,
+            &self.migrations,
             call.retry_until,
             || args(g, &call.placed.specs, &call.now, mode, quota, undo),
         )

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::config::Options;
+use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
+use super::migration::{self, Migrations};
 use crate::algorithm::Landing;
 use crate::decision::ChargeOutcome;
 use crate::plan::Role;
@@ -34,30 +36,50 @@ impl Script {
 }
 
 /// `EVALSHA`, loading the script on every primary and retrying once on NOSCRIPT; retries
-/// TRYAGAIN / CLUSTERDOWN (resharding, failover) until `retry_until`.
+/// TRYAGAIN / CLUSTERDOWN (resharding, failover) until `retry_until`, and follows a slot that
+/// is migrating to the node importing it ([`migration`]).
 pub async fn eval(
     client: &Client,
     options: &Options,
     script: &Script,
+    migrations: &Migrations,
     retry_until: Instant,
     request: impl Fn() -> (Vec<Key>, Vec<Value>),
 ) -> Result<Vec<i64>, StoreError> {
     let mut loaded = false;
+    // Where the slot is being imported, once its owner has redirected us.
+    let mut asking: Option<(u16, Server)> = None;
+    let mut redirects = 0u32;
     loop {
         // Built per attempt: a retry is rare, and the first attempt moves its buffers.
         let (keys, args) = request();
-        let res: Result<Vec<i64>, Error> = client
-            .with_options(options)
-            .evalsha(&script.sha, keys, args)
-            .await;
+        let slot = keys.first().map_or(0, |k| redis_keyslot(k.as_bytes()));
+        let res: Result<Vec<i64>, Error> = match &asking {
+            None => {
+                client
+                    .with_options(options)
+                    .evalsha(&script.sha, keys, args)
+                    .await
+            }
+            Some((_, node)) => {
+                migration::evalsha_asking(client, options, node, &script.sha, keys, args).await
+            }
+        };
         match res {
             Ok(v) => return Ok(v),
             Err(e) if e.details().starts_with("NOSCRIPT") && !loaded => {
                 loaded = true;
-                client
-                    .script_load_cluster::<(), _>(script.lua)
-                    .await
-                    .map_err(|e| StoreError(format!("script load failed: {e}")))?;
+                let load = match &asking {
+                    // A node fred does not route this slot to may lack the script.
+                    Some((_, node)) => {
+                        client
+                            .with_cluster_node(node.clone())
+                            .script_load::<(), _>(script.lua)
+                            .await
+                    }
+                    None => client.script_load_cluster::<(), _>(script.lua).await,
+                };
+                load.map_err(|e| StoreError(format!("script load failed: {e}")))?;
             }
             Err(e)
                 if (e.details().starts_with("TRYAGAIN")
@@ -65,6 +87,23 @@ pub async fn eval(
                     && Instant::now() < retry_until =>
             {
                 tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Err(e) if migration::redirected(&e) && Instant::now() < retry_until => {
+                // MOVED (fred has re-read the topology: the next try goes to the new owner)
+                // or ASK (the slot is migrating: the next try goes to the importing node).
+                // Redirected while already asking: the migration moved on; look again.
+                if let Some((slot, _)) = asking.take() {
+                    migrations.forget(slot);
+                }
+                asking = migrations
+                    .importing_node(client, slot)
+                    .await
+                    .map(|node| (slot, node));
+                redirects += 1;
+                if redirects > 1 {
+                    // The topology is still settling: do not hammer it.
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
             }
             Err(e) => return Err(StoreError(format!("redis: {e}"))),
         }
