@@ -149,5 +149,6 @@ async fn json_endpoint<S: Store>(State(st): State<Arc<AdminState<S>>>, body: Byt
         Err(CallError::Unavailable(m) | CallError::Overloaded(m)) => {
             (StatusCode::SERVICE_UNAVAILABLE, m).into_response()
         }
+        Err(CallError::DeadlineExceeded(m)) => (StatusCode::GATEWAY_TIMEOUT, m).into_response(),
     }
 }

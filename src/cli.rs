@@ -233,6 +233,10 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_in_flight: u32,
+    /// Threads serving gRPC connections, each a single-threaded runtime holding its
+    /// connections for good; 0 = one per available core.
+    #[arg(long, env = "TOLLGATE_SERVING_THREADS", default_value_t = 0)]
+    pub serving_threads: usize,
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,

@@ -11,12 +11,13 @@ use tollgate::compat;
 use tollgate::config::{load_path, LoadOptions};
 use tollgate::metrics::Metrics;
 use tollgate::query;
-use tollgate::server::{self, GrpcTls, ServerOptions, Transport};
+use tollgate::server::{self, ServerOptions};
 use tollgate::settings::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
 use tollgate::telemetry;
+use tollgate::transport::{GrpcTls, Transport};
 use tollgate::validate::Bounds;
 
 /// mimalloc: fewer cycles in malloc/free on the request path than the system allocator.
@@ -172,6 +173,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         drain_delay: args.drain_delay,
         shutdown_grace: args.shutdown_grace,
         metrics: metrics.clone(),
+        serving_threads: args.serving_threads,
     };
     let shutdown = Shutdown::new();
     shutdown.on_signals();

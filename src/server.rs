@@ -16,17 +16,18 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
 use crate::config::{compile_sources, read_sources, LoadOptions, ReloadStatus, Reloader};
+use crate::grpc::Calls;
 use crate::metrics::Metrics;
-use crate::pb::rls::rate_limit_service_server::RateLimitServiceServer;
-use crate::service::{GrpcService, RateLimiter};
+use crate::service::RateLimiter;
+use crate::serving;
 use crate::settings::Settings;
 use crate::shutdown::Shutdown;
 use crate::store::Store;
+use crate::transport::{self, Connections, Transport};
 
 /// Names under which gRPC health reports the service.
 pub const HEALTH_SERVICES: [&str; 3] = [
@@ -57,46 +58,8 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// Where every part of the server counts (shared with the store).
     pub metrics: Arc<Metrics>,
-}
-
-/// How the gRPC listener treats connections.
-#[derive(Debug, Clone, Default)]
-pub struct Transport {
-    /// HTTP/2 PING interval on idle connections (and how long to wait for the answer).
-    pub keepalive: Option<(Duration, Duration)>,
-    /// Close connections gracefully after this long, so clients rebalance onto new replicas.
-    pub max_connection_age: Option<Duration>,
-    /// After `max_connection_age`, how long open calls may take before the connection closes.
-    pub max_connection_age_grace: Option<Duration>,
-    /// Server TLS (and mutual TLS with a client CA).
-    pub tls: Option<GrpcTls>,
-}
-
-/// PEM files for the gRPC server's TLS.
-#[derive(Debug, Clone)]
-pub struct GrpcTls {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// Clients must present a certificate signed by this CA (mutual TLS).
-    pub client_ca: Option<PathBuf>,
-}
-
-impl GrpcTls {
-    fn config(&self) -> anyhow::Result<tonic::transport::ServerTlsConfig> {
-        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-        let read = |what: &str, path: &PathBuf| {
-            std::fs::read(path).with_context(|| format!("{what} {}", path.display()))
-        };
-        let identity = Identity::from_pem(
-            read("--grpc-tls-cert", &self.cert)?,
-            read("--grpc-tls-key", &self.key)?,
-        );
-        let mut config = ServerTlsConfig::new().identity(identity);
-        if let Some(ca) = &self.client_ca {
-            config = config.client_ca_root(Certificate::from_pem(read("--grpc-client-ca", ca)?));
-        }
-        Ok(config)
-    }
+    /// Threads serving gRPC connections, each with a runtime of its own; 0 = one per core.
+    pub serving_threads: usize,
 }
 
 /// Binds `addr`; an unspecified IPv6 address (`[::]`, dual-stack) falls back to `0.0.0.0` on
@@ -167,12 +130,7 @@ pub async fn start<S: Store>(
         metrics.clone(),
     ));
 
-    let tls = opts
-        .transport
-        .tls
-        .as_ref()
-        .map(GrpcTls::config)
-        .transpose()?;
+    let connections = Connections::new(&opts.transport)?;
     let grpc_listener = bind(opts.grpc_addr, "gRPC").await?;
     let http_listener = bind(opts.http_addr, "HTTP").await?;
     let mut extra_listeners = Vec::new();
@@ -223,26 +181,30 @@ pub async fn start<S: Store>(
             }
         }
     };
-    let t = &opts.transport;
-    let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(t.keepalive.map(|k| k.0))
-        .http2_keepalive_timeout(t.keepalive.map(|k| k.1));
-    if let Some(age) = t.max_connection_age {
-        builder = builder.max_connection_age(age);
-    }
-    if let Some(grace) = t.max_connection_age_grace {
-        builder = builder.max_connection_age_grace(grace);
-    }
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls).context("gRPC TLS")?;
-    }
-    // TCP_NODELAY on every accepted socket: without it a response can wait for the client's
-    // delayed ACK (Nagle), tens of milliseconds at the tail.
-    let incoming = TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-    let grpc = builder
-        .add_service(health_service)
-        .add_service(RateLimitServiceServer::new(GrpcService(limiter.clone())))
-        .serve_with_incoming_shutdown(incoming, drain());
+    // Every serving thread serves its connections with clones of the same services.
+    let grace = opts.drain_delay + opts.shutdown_grace;
+    let serve = {
+        let (shutdown, drain, store) = (shutdown.clone(), drain.clone(), store.clone());
+        let limiter = limiter.clone();
+        move |incoming: serving::Incoming| {
+            let routes = tonic::service::Routes::new(health_service.clone());
+            let calls = Calls::new(limiter.clone(), routes);
+            let (connections, drain) = (connections.clone(), drain());
+            let (shutdown, store) = (shutdown.clone(), store.clone());
+            let serve = async move {
+                tokio::select! {
+                    () = transport::serve(incoming, calls, connections, drain) => {}
+                    _ = async { shutdown.wait().await; tokio::time::sleep(grace).await } => {
+                        tracing::warn!("gRPC calls still open after the grace period; stopping");
+                    }
+                }
+                Ok(())
+            };
+            async move { store.serve_thread(serve).await }
+        }
+    };
+    let threads = serving::thread_count(opts.serving_threads);
+    let grpc = serving::start(grpc_listener, threads, serve, drain())?;
     let app = admin::router(
         Arc::new(AdminState {
             limiter,
@@ -262,7 +224,13 @@ pub async fn start<S: Store>(
             extra.await.context("HTTP server failed")
         }));
     }
-    tracing::info!(%grpc_addr, %http_addr, tls = opts.transport.tls.is_some(), "tollgate serving");
+    tracing::info!(
+        %grpc_addr,
+        %http_addr,
+        tls = opts.transport.tls.is_some(),
+        serving_threads = threads,
+        "tollgate serving"
+    );
     let deadline = {
         let shutdown = shutdown.clone();
         let limit = opts.drain_delay + opts.shutdown_grace;
@@ -274,17 +242,9 @@ pub async fn start<S: Store>(
             }
         }
     };
-    let (grpc_deadline, http_deadline) = (deadline(), deadline());
+    let http_deadline = deadline();
     tasks.extend([
-        tokio::spawn(async move {
-            tokio::select! {
-                r = grpc => r.context("gRPC server failed"),
-                _ = grpc_deadline => {
-                    tracing::warn!("gRPC calls still open after the grace period; stopping");
-                    Ok(())
-                }
-            }
-        }),
+        grpc,
         tokio::spawn(async move {
             tokio::select! {
                 r = http => r.context("HTTP server failed"),

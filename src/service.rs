@@ -2,8 +2,8 @@
 //!
 //! [`validate`] the request → [`plan`] it against the current config → let the [`Store`]
 //! decide its charges atomically → [`assemble`] the decision → map it to Envoy's response
-//! ([`respond`]). No algorithm logic here. The gRPC service and the HTTP `/json` endpoint both
-//! call [`RateLimiter::should_rate_limit`].
+//! ([`respond`]). No algorithm logic here. The gRPC listener ([`crate::grpc`]) and the HTTP
+//! `/json` endpoint both call [`RateLimiter::should_rate_limit`].
 //!
 //! [`validate`]: crate::validate::validate
 //! [`plan`]: crate::plan::plan
@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use opentelemetry::context::FutureExt;
 use opentelemetry::KeyValue;
 use tokio::sync::Semaphore;
 
@@ -24,7 +23,6 @@ use crate::config::{Config, DomainPolicy};
 use crate::decision::{self, assemble, Code, Decision};
 use crate::log_throttle;
 use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
-use crate::pb::rls::rate_limit_service_server::RateLimitService;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::{plan, Charge, Plan, Role};
 use crate::respond::response;
@@ -33,40 +31,6 @@ use crate::store::memory::MemoryStore;
 use crate::store::{ApplyMode, ChargeOutcome, Store};
 use crate::telemetry;
 use crate::validate::validate;
-
-/// The gRPC face of a [`RateLimiter`].
-pub struct GrpcService<S>(pub Arc<RateLimiter<S>>);
-
-#[tonic::async_trait]
-impl<S: Store> RateLimitService for GrpcService<S> {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let span = telemetry::request_span(request.metadata());
-        let req = request.into_inner();
-        let resp = match &span {
-            Some(cx) => {
-                self.0
-                    .should_rate_limit(&req)
-                    .with_context(cx.clone())
-                    .await
-            }
-            None => self.0.should_rate_limit(&req).await,
-        };
-        telemetry::end(span, || match &resp {
-            Ok(_) => vec![KeyValue::new("rpc.grpc.status_code", 0)],
-            Err(e) => vec![
-                KeyValue::new(
-                    "rpc.grpc.status_code",
-                    tonic::Status::from(e.clone()).code() as i64,
-                ),
-                KeyValue::new("error.type", e.to_string()),
-            ],
-        });
-        Ok(tonic::Response::new(resp?))
-    }
-}
 
 /// Distinct unknown domain names logged per minute at most.
 const UNKNOWN_NAMES_PER_MINUTE: usize = 10;
@@ -80,6 +44,8 @@ pub enum CallError {
     Unavailable(String),
     #[error("{0}")]
     Overloaded(String),
+    #[error("{0}")]
+    DeadlineExceeded(String),
 }
 
 impl From<CallError> for tonic::Status {
@@ -88,6 +54,7 @@ impl From<CallError> for tonic::Status {
             CallError::InvalidArgument(m) => tonic::Status::invalid_argument(m),
             CallError::Unavailable(m) => tonic::Status::unavailable(m),
             CallError::Overloaded(m) => tonic::Status::resource_exhausted(m),
+            CallError::DeadlineExceeded(m) => tonic::Status::deadline_exceeded(m),
         }
     }
 }

@@ -103,8 +103,8 @@ fn tracer() -> &'static BoxedTracer {
     TRACER.get_or_init(|| global::tracer("tollgate"))
 }
 
-/// gRPC metadata as a propagation carrier.
-struct Metadata<'a>(&'a tonic::metadata::MetadataMap);
+/// The call's HTTP/2 headers (gRPC metadata) as a propagation carrier.
+struct Metadata<'a>(&'a http::HeaderMap);
 
 impl Extractor for Metadata<'_> {
     fn get(&self, key: &str) -> Option<&str> {
@@ -112,19 +112,18 @@ impl Extractor for Metadata<'_> {
     }
 
     fn keys(&self) -> Vec<&str> {
+        // Binary metadata (`-bin`) carries no trace context.
         self.0
             .keys()
-            .filter_map(|k| match k {
-                tonic::metadata::KeyRef::Ascii(k) => Some(k.as_str()),
-                tonic::metadata::KeyRef::Binary(_) => None,
-            })
+            .map(|k| k.as_str())
+            .filter(|k| !k.ends_with("-bin"))
             .collect()
     }
 }
 
 /// The context of a `ShouldRateLimit` server span continuing the caller's trace, or `None`
 /// when tracing is off.
-pub fn request_span(metadata: &tonic::metadata::MetadataMap) -> Option<Context> {
+pub fn request_span(metadata: &http::HeaderMap) -> Option<Context> {
     if !enabled() {
         return None;
     }

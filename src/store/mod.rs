@@ -54,4 +54,11 @@ pub trait Store: Send + Sync + 'static {
     fn maintain(&self) -> impl Future<Output = ()> + Send {
         async {}
     }
+
+    /// Runs a serving thread's `serve` (see [`crate::serving`]), inside that thread's runtime:
+    /// a store may set up what the thread's calls should use there (the Redis store opens
+    /// connections whose I/O runs on the thread).
+    fn serve_thread<F: Future>(&self, serve: F) -> impl Future<Output = F::Output> {
+        serve
+    }
 }

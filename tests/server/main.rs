@@ -12,3 +12,4 @@ mod metrics;
 mod readme;
 mod redis_tls;
 mod tracing;
+mod wire;

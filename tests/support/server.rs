@@ -23,11 +23,12 @@ use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::server::{self, Running, ServerOptions, Transport};
+use tollgate::server::{self, Running, ServerOptions};
 use tollgate::settings::Settings;
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::Store;
+use tollgate::transport::Transport;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -190,6 +191,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         drain_delay: opts.drain_delay,
         shutdown_grace: Duration::from_secs(2),
         metrics: Arc::default(),
+        serving_threads: 0,
     };
     let running = bounded(
         "server::start",

@@ -71,7 +71,9 @@ impl Inner {
         // and periodically here; scripts are loaded again whenever the primaries changed.
         let ticks = self.ticks.fetch_add(1, Ordering::Relaxed);
         if self.client.is_clustered() && ticks.is_multiple_of(SYNC_EVERY_TICKS) {
-            let _ = tokio::time::timeout(Duration::from_secs(1), self.client.sync_cluster()).await;
+            for client in self.clients() {
+                let _ = tokio::time::timeout(Duration::from_secs(1), client.sync_cluster()).await;
+            }
         }
         let now = probed.is_ok();
         if now && (!was || self.primaries() != primaries_before) {
@@ -108,7 +110,16 @@ impl Inner {
         up
     }
 
+    /// Pings every primary through every client (the serving threads' too: a call on any
+    /// thread must find its connections up).
     async fn ping_every_primary(&self) -> Result<(), String> {
+        for client in self.clients() {
+            self.ping_with(&client).await?;
+        }
+        Ok(())
+    }
+
+    async fn ping_with(&self, client: &Client) -> Result<(), String> {
         let opts = |server: Option<Server>| Options {
             timeout: Some(PROBE_TIMEOUT),
             fail_fast: true,
@@ -116,22 +127,20 @@ impl Inner {
             cluster_node: server,
             ..Default::default()
         };
-        if !self.client.is_clustered() {
-            let pong: Result<String, Error> =
-                self.client.with_options(&opts(None)).ping(None).await;
+        if !client.is_clustered() {
+            let pong: Result<String, Error> = client.with_options(&opts(None)).ping(None).await;
             return pong.map(drop).map_err(|e| self.reason_for(&e, None));
         }
         let primaries = self.primaries();
         if primaries.is_empty() {
-            let _ = tokio::time::timeout(PROBE_TIMEOUT, self.client.sync_cluster()).await;
+            let _ = tokio::time::timeout(PROBE_TIMEOUT, client.sync_cluster()).await;
             return Err(self
                 .last_connection_error()
                 .unwrap_or_else(|| format!("redis {}: cluster topology unknown", self.host)));
         }
         let mut failure = None;
         for server in primaries {
-            let pong: Result<String, Error> = self
-                .client
+            let pong: Result<String, Error> = client
                 .with_options(&opts(Some(server.clone())))
                 .ping(None)
                 .await;
@@ -142,7 +151,7 @@ impl Inner {
         match failure {
             None => Ok(()),
             Some(reason) => {
-                let _ = tokio::time::timeout(PROBE_TIMEOUT, self.client.sync_cluster()).await;
+                let _ = tokio::time::timeout(PROBE_TIMEOUT, client.sync_cluster()).await;
                 Err(reason)
             }
         }

@@ -13,6 +13,11 @@
 //! landed, so a script that runs after its deadline leaves counters as if the request never
 //! happened. [`health`] keeps readiness, topology and scripts current; the [`local_cache`]
 //! lets the deny path of an exhausted key skip Redis.
+//!
+//! Every serving thread (see [`crate::serving`]) gets a client of its own, whose connections'
+//! I/O runs on that thread: a call's script goes out, and its reply comes back, without waking
+//! another thread, and the scripts of calls that arrive together leave in one write (fred
+//! flushes when its queue is empty).
 
 mod health;
 mod local_cache;
@@ -21,13 +26,15 @@ mod script;
 mod tls;
 mod url;
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::config::{ClusterDiscoveryPolicy, Options, ReconnectPolicy};
+use fred::types::config::{ClusterDiscoveryPolicy, Config, Options, ReconnectPolicy};
 use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -92,7 +99,14 @@ pub struct RedisStore {
 }
 
 struct Inner {
+    /// Upkeep's client, and the one for calls made off the serving threads.
     client: Client,
+    /// What every client is made from.
+    recipe: Recipe,
+    /// The serving threads' clients (upkeep probes and re-syncs them too).
+    thread_clients: Mutex<Vec<Client>>,
+    /// Tells this store's clients apart in a thread's [`THREAD_CLIENTS`].
+    id: u64,
     script: Script,
     opts: RedisOptions,
     /// `key_prefix` + [`KEY_FORMAT`].
@@ -114,6 +128,32 @@ struct Inner {
     /// The instance clock, for the local cache.
     wall: Arc<dyn Clock>,
 }
+
+/// The settings a client is made from.
+struct Recipe {
+    config: Config,
+    perf: PerformanceConfig,
+    conn: ConnectionConfig,
+    policy: ReconnectPolicy,
+}
+
+impl Recipe {
+    fn client(&self) -> Client {
+        Client::new(
+            self.config.clone(),
+            Some(self.perf.clone()),
+            Some(self.conn.clone()),
+            Some(self.policy.clone()),
+        )
+    }
+}
+
+thread_local! {
+    /// On a serving thread: its client of each Redis store (by store id; one in practice).
+    static THREAD_CLIENTS: RefCell<Vec<(u64, Client)>> = const { RefCell::new(Vec::new()) };
+}
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
 
 /// What every script call of one request shares.
 struct Call<'a> {
@@ -186,7 +226,7 @@ impl Store for RedisStore {
     }
 
     fn is_ready(&self) -> bool {
-        self.inner.ready.load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.ready.load(Ordering::Relaxed)
     }
 
     fn reason(&self) -> Option<String> {
@@ -199,6 +239,22 @@ impl Store for RedisStore {
 
     async fn maintain(&self) {
         self.inner.upkeep().await;
+    }
+
+    async fn serve_thread<F: Future>(&self, serve: F) -> F::Output {
+        let inner = &self.inner;
+        let client = inner.recipe.client();
+        client.connect();
+        THREAD_CLIENTS.with_borrow_mut(|c| c.push((inner.id, client.clone())));
+        inner.thread_clients.lock().push(client.clone());
+        let out = serve.await;
+        THREAD_CLIENTS.with_borrow_mut(|c| c.retain(|(id, _)| *id != inner.id));
+        inner
+            .thread_clients
+            .lock()
+            .retain(|c| c.id() != client.id());
+        let _ = client.quit().await;
+        out
     }
 }
 
@@ -254,8 +310,13 @@ impl RedisStore {
             max_redirections: 0,
             ..Default::default()
         };
-        let policy = ReconnectPolicy::new_exponential(0, 50, 1_000, 2);
-        let client = Client::new(config, Some(perf), Some(conn), Some(policy));
+        let recipe = Recipe {
+            config,
+            perf,
+            conn,
+            policy: ReconnectPolicy::new_exponential(0, 50, 1_000, 2),
+        };
+        let client = recipe.client();
         client.connect();
         let connection_error = Arc::new(Mutex::new(None));
         let mut errors = client.error_rx();
@@ -276,6 +337,9 @@ impl RedisStore {
                 migrations: Migrations::default(),
                 prefix: format!("{}{KEY_FORMAT}", opts.key_prefix),
                 client,
+                recipe,
+                thread_clients: Mutex::new(Vec::new()),
+                id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
                 opts,
                 ready: AtomicBool::new(false),
                 ticks: AtomicU64::new(0),
@@ -286,6 +350,24 @@ impl RedisStore {
 }
 
 impl Inner {
+    /// The client for a call on this thread: the serving thread's own, else the main one.
+    fn client(&self) -> Client {
+        THREAD_CLIENTS
+            .with_borrow(|c| {
+                c.iter()
+                    .find(|(id, _)| *id == self.id)
+                    .map(|(_, c)| c.clone())
+            })
+            .unwrap_or_else(|| self.client.clone())
+    }
+
+    /// Every client: the main one first, then the serving threads'.
+    fn clients(&self) -> Vec<Client> {
+        let mut all = vec![self.client.clone()];
+        all.extend(self.thread_clients.lock().iter().cloned());
+        all
+    }
+
     /// A script call may wait for its reply this long: past the caller's deadline, a late
     /// reply still tells what to take back.
     fn call_options(&self) -> Options {
@@ -326,7 +408,7 @@ impl Inner {
         );
         let started = std::time::Instant::now();
         let reply = eval(
-            &self.client,
+            &self.client(),
             &self.call_options(),
             &self.script,
             &self.migrations,

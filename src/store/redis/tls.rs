@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
+
+use crate::pem::{certs, private_key};
 
 /// A rustls client config trusting `ca` (else the system's roots), presenting `client`
 /// (certificate, key) when given.
@@ -31,24 +31,12 @@ pub fn config(ca: Option<&Path>, client: Option<(&Path, &Path)>) -> Result<Clien
         None => Ok(builder.with_no_client_auth()),
         Some((cert, key)) => {
             let chain = certs(cert)?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("{}: no private key: {e}", key.display()))?;
+            let key = private_key(key)?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("{}: unusable client certificate: {e}", cert.display()))
         }
     }
-}
-
-fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", path.display()));
-    }
-    Ok(certs)
 }
 
 /// The system's roots, which fred itself uses for a plain `rediss://` URL.

@@ -1,0 +1,122 @@
+//! Serving threads: the gRPC connections are served by one single-threaded runtime per core.
+//!
+//! One acceptor hands each new connection to the next thread in turn; the connection then
+//! lives on that thread for good. Every HTTP/2 stream of a connection (hyper spawns one task
+//! per call) runs on the thread that reads and writes its socket, so a call wakes no other
+//! thread, and the answers of calls that finish together leave in one write instead of one
+//! write each. On a shared work-stealing runtime, most answers woke the connection's task on
+//! the other worker and went out alone (BENCHMARKS.md has the before and after).
+//!
+//! Everything else (admin HTTP, reloads, Redis upkeep) stays on the main runtime.
+
+use std::future::Future;
+use std::net::TcpStream as StdTcpStream;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use anyhow::Context as _;
+use futures::Stream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// The connections one serving thread is given, as tonic's `serve_with_incoming` wants them.
+pub struct Incoming {
+    rx: mpsc::UnboundedReceiver<StdTcpStream>,
+}
+
+impl Stream for Incoming {
+    type Item = std::io::Result<TcpStream>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Registered with this thread's reactor here, where the stream is polled.
+        self.rx
+            .poll_recv(cx)
+            .map(|conn| conn.map(TcpStream::from_std))
+    }
+}
+
+/// How many serving threads `requested` means: 0 is one per available core.
+pub fn thread_count(requested: usize) -> usize {
+    match requested {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// Starts `threads` serving threads, each running `serve(incoming)` on a runtime of its own,
+/// and an acceptor on the current runtime that deals `listener`'s connections out to them
+/// (with `TCP_NODELAY`: without it an answer can wait for the client's delayed ACK) until
+/// `stop_accepting` resolves. The returned task ends when every thread has.
+pub fn start<F, Fut>(
+    listener: TcpListener,
+    threads: usize,
+    serve: F,
+    stop_accepting: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
+where
+    F: Fn(Incoming) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + 'static,
+{
+    let mut senders = Vec::with_capacity(threads);
+    let mut done = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (finished, finished_rx) = oneshot::channel();
+        let serve = serve.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start a serving thread's runtime")?;
+        std::thread::Builder::new()
+            .name(format!("tollgate-grpc-{i}"))
+            .spawn(move || {
+                let result = runtime.block_on(serve(Incoming { rx }));
+                let _ = finished.send(result);
+            })
+            .context("cannot start a serving thread")?;
+        senders.push(tx);
+        done.push(finished_rx);
+    }
+    tokio::spawn(accept(listener, senders, stop_accepting));
+    Ok(tokio::spawn(async move {
+        for finished in done {
+            finished.await.context("a serving thread panicked")??;
+        }
+        Ok(())
+    }))
+}
+
+/// Deals connections out round-robin until `stop` resolves; dropping the senders then ends
+/// every thread's `Incoming`.
+async fn accept(
+    listener: TcpListener,
+    threads: Vec<mpsc::UnboundedSender<StdTcpStream>>,
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut next = 0;
+    loop {
+        let conn = tokio::select! {
+            _ = &mut stop => return,
+            conn = listener.accept() => conn,
+        };
+        let (conn, _) = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors and the like: the listener itself is fine; wait a little.
+                tracing::warn!(error = %e, "accepting a gRPC connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let handed = conn
+            .set_nodelay(true)
+            .and_then(|()| conn.into_std())
+            .map(|c| threads[next % threads.len()].send(c));
+        if let Err(e) = handed {
+            tracing::warn!(error = %e, "could not hand a gRPC connection to a serving thread");
+        }
+        next += 1;
+    }
+}

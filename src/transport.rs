@@ -1,0 +1,204 @@
+//! gRPC connections, from accepted socket to closed: TLS (and client certificates), HTTP/2
+//! (hyper), keepalive pings, a maximum age after which a connection closes gracefully (so
+//! clients reconnect and spread over new replicas), and a graceful close on shutdown.
+//!
+//! A serving thread ([`crate::serving`]) runs [`serve`] over the connections it is given;
+//! each connection's calls go to [`crate::grpc::Calls`].
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::StreamExt;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+
+use crate::grpc::Calls;
+use crate::pem::{certs, private_key};
+use crate::serving::Incoming;
+use crate::store::Store;
+
+/// How long a client may take to finish its TLS handshake.
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// How the gRPC listener treats connections.
+#[derive(Debug, Clone, Default)]
+pub struct Transport {
+    /// HTTP/2 PING interval on idle connections (and how long to wait for the answer).
+    pub keepalive: Option<(Duration, Duration)>,
+    /// Close connections gracefully after this long, so clients rebalance onto new replicas.
+    pub max_connection_age: Option<Duration>,
+    /// After `max_connection_age`, how long open calls may take before the connection closes.
+    pub max_connection_age_grace: Option<Duration>,
+    /// Server TLS (and mutual TLS with a client CA).
+    pub tls: Option<GrpcTls>,
+}
+
+/// PEM files for the gRPC server's TLS.
+#[derive(Debug, Clone)]
+pub struct GrpcTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Clients must present a certificate signed by this CA (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl GrpcTls {
+    /// A TLS acceptor offering HTTP/2 (ALPN `h2`), requiring a client certificate signed by
+    /// `client_ca` when there is one.
+    fn acceptor(&self) -> anyhow::Result<TlsAcceptor> {
+        use rustls::server::WebPkiClientVerifier;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = certs(&self.cert)
+            .map_err(anyhow::Error::msg)
+            .context("--grpc-tls-cert")?;
+        let key = private_key(&self.key)
+            .map_err(anyhow::Error::msg)
+            .context("--grpc-tls-key")?;
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .context("gRPC TLS")?;
+        let builder = match &self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in certs(ca)
+                    .map_err(anyhow::Error::msg)
+                    .context("--grpc-client-ca")?
+                {
+                    roots
+                        .add(cert)
+                        .with_context(|| format!("--grpc-client-ca {}", ca.display()))?;
+                }
+                let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .context("--grpc-client-ca")?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(chain, key)
+            .context("--grpc-tls-cert and --grpc-tls-key do not make a usable identity")?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+}
+
+/// What every connection of the listener shares.
+#[derive(Clone)]
+pub struct Connections {
+    http2: http2::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
+    max_age: Option<Duration>,
+    max_age_grace: Option<Duration>,
+}
+
+impl Connections {
+    pub fn new(t: &Transport) -> anyhow::Result<Connections> {
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2.timer(TokioTimer::new());
+        if let Some((every, wait)) = t.keepalive {
+            http2.keep_alive_interval(every).keep_alive_timeout(wait);
+        }
+        Ok(Connections {
+            http2,
+            tls: t.tls.as_ref().map(GrpcTls::acceptor).transpose()?,
+            max_age: t.max_connection_age,
+            max_age_grace: t.max_connection_age_grace,
+        })
+    }
+}
+
+/// Serves every connection `incoming` yields until it ends or `stop_accepting` resolves, then
+/// closes the open ones gracefully (in-flight calls finish) and returns once they are closed.
+pub async fn serve<S: Store>(
+    mut incoming: Incoming,
+    calls: Calls<S>,
+    connections: Connections,
+    stop_accepting: impl Future<Output = ()>,
+) {
+    let (closing, closing_rx) = watch::channel(false);
+    let connections = Arc::new(connections);
+    let mut open = JoinSet::new();
+    tokio::pin!(stop_accepting);
+    loop {
+        tokio::select! {
+            conn = incoming.next() => match conn {
+                Some(Ok(tcp)) => {
+                    open.spawn(connection(tcp, calls.clone(), connections.clone(), closing_rx.clone()));
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "a gRPC connection could not be set up"),
+                None => break,
+            },
+            _ = &mut stop_accepting => break,
+            Some(_) = open.join_next(), if !open.is_empty() => {}
+        }
+    }
+    let _ = closing.send(true);
+    while open.join_next().await.is_some() {}
+}
+
+/// One connection: the TLS handshake when configured, then HTTP/2 until it closes.
+async fn connection<S: Store>(
+    tcp: TcpStream,
+    calls: Calls<S>,
+    connections: Arc<Connections>,
+    closing: watch::Receiver<bool>,
+) {
+    match &connections.tls {
+        None => http2_connection(tcp, calls, &connections, closing).await,
+        Some(acceptor) => match tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(tcp)).await {
+            Ok(Ok(tls)) => http2_connection(tls, calls, &connections, closing).await,
+            Ok(Err(e)) => tracing::debug!(error = %e, "gRPC TLS handshake failed"),
+            Err(_) => tracing::debug!("gRPC TLS handshake timed out"),
+        },
+    }
+}
+
+async fn http2_connection<S, IO>(
+    io: IO,
+    calls: Calls<S>,
+    connections: &Connections,
+    mut closing: watch::Receiver<bool>,
+) where
+    S: Store,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = connections.http2.serve_connection(TokioIo::new(io), calls);
+    tokio::pin!(conn);
+    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let aged_at = connections.max_age.map_or(far, |age| Instant::now() + age);
+    // Set once the connection is told to close: by shutdown, or by age (then with a limit).
+    let mut closing_since: Option<Instant> = None;
+    let mut forced_at = far;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "gRPC connection ended with an error");
+                }
+                return;
+            }
+            _ = closing.wait_for(|&c| c), if closing_since.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                closing_since = Some(Instant::now());
+            }
+            _ = tokio::time::sleep_until(aged_at), if closing_since.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                closing_since = Some(Instant::now());
+                if let Some(grace) = connections.max_age_grace {
+                    forced_at = Instant::now() + grace;
+                }
+            }
+            _ = tokio::time::sleep_until(forced_at), if closing_since.is_some() => return,
+        }
+    }
+}
