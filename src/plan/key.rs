@@ -1,8 +1,11 @@
 //! Counter keys: `{tag}rest`, built from the domain, the descriptor's entries up to the rule
 //! that owns the limit, and the limit's shape.
 //!
-//! The hash tag (between the braces) is the domain plus the first entry, so one tenant's keys
-//! share a Redis Cluster slot; a `shared` limit gets a tag of its own. Keys and values are
+//! The hash tag (between the braces) is the domain plus the entries down to the descriptor's
+//! tag depth (`plan::tag_depth`: the first per-value level, or the shallowest counter if that is
+//! higher), so one tenant's keys share a Redis Cluster slot while a constant first entry
+//! (`tier=free`) does not gather every tenant on one; a `shared` limit gets a tag of its own.
+//! Keys and values are
 //! percent-escaped, so no value can move a key to another slot or make two descriptors share a
 //! counter (`a`+`b_c` and `a_b`+`c` stay apart).
 
@@ -17,20 +20,22 @@ pub fn tag_of(key: &str) -> &str {
         .map_or("", |(tag, _)| tag)
 }
 
-/// `{D|k0=v0}|k1=v1|...|suffix`, or for a shared limit `{D|k0=p0|...|kd=pd|*}|suffix`,
-/// where `p` is the rule's pattern. A `share_threshold` level uses its pattern too.
+/// `{D|k0=v0|...|kt=vt}|...|kd=vd|suffix` (`t` the tag depth, `d` the depth of the rule that
+/// owns the limit, `t <= d`), or for a shared limit `{D|k0=p0|...|kd=pd|*}|suffix`, where `p`
+/// is the rule's pattern. A `share_threshold` level uses its pattern too.
 pub(super) fn counter_key(
     domain: &str,
     d: &RateLimitDescriptor,
     path: &[&Rule],
     depth: usize,
+    tag_depth: usize,
     limit: &Limit,
 ) -> String {
     let mut key = String::with_capacity(64);
     key.push('{');
     escape_into(&mut key, domain);
     for (j, e) in d.entries.iter().take(depth + 1).enumerate() {
-        if j == 1 && !limit.shared {
+        if j == tag_depth + 1 && !limit.shared {
             key.push('}');
         }
         key.push('|');
@@ -45,7 +50,7 @@ pub(super) fn counter_key(
     }
     if limit.shared {
         key.push_str("|*}");
-    } else if depth == 0 || d.entries.is_empty() {
+    } else if depth <= tag_depth || d.entries.is_empty() {
         key.push('}');
     }
     key.push('|');

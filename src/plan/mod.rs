@@ -16,7 +16,7 @@ use std::ops::Range;
 use key::counter_key;
 pub use key::tag_of;
 
-use crate::config::{Config, Rule};
+use crate::config::{Config, Pattern, Rule};
 use crate::limit::{proto_unit_name, Limit, Unit};
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
@@ -203,13 +203,22 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         paths.push(path);
     }
 
+    candidates.retain(|c| c.limit.name.is_empty() || !replaced.contains(&c.limit.name.as_str()));
+    let tag_depths: Vec<usize> = (0..n)
+        .map(|i| tag_depth(&paths[i], candidates.iter().filter(|c| c.descriptor == i)))
+        .collect();
     let mut charges = Vec::with_capacity(candidates.len());
     for c in candidates {
-        if !c.limit.name.is_empty() && replaced.contains(&c.limit.name.as_str()) {
-            continue;
-        }
         let d = &req.descriptors[c.descriptor];
-        let key = counter_key(&domain.name, d, &paths[c.descriptor], c.depth, &c.limit);
+        let path = &paths[c.descriptor];
+        let key = counter_key(
+            &domain.name,
+            d,
+            path,
+            c.depth,
+            tag_depths[c.descriptor],
+            &c.limit,
+        );
         let range = &mut descriptors[c.descriptor].charges;
         if range.start == range.end {
             *range = charges.len()..charges.len();
@@ -234,6 +243,26 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         charges,
         quota_descriptors,
     })
+}
+
+/// How many leading entries (`0..=depth`) a descriptor's hash tag covers: down to the first
+/// level whose rule gives every value a counter of its own (a key-only or wildcard rule, not
+/// `share_threshold`), so a constant first entry (`tier=free`, `generic_key=api`) does not put
+/// every tenant or address on one Redis slot; but never deeper than the shallowest counter the
+/// descriptor charges (`shared` ones aside, they have tags of their own), so all of one
+/// descriptor's counters still share a slot and one script decides them atomically.
+fn tag_depth<'a, 'c: 'a>(
+    path: &[&Rule],
+    charges: impl Iterator<Item = &'a Candidate<'c>>,
+) -> usize {
+    let per_value = path.iter().position(|r| {
+        !r.share_threshold && matches!(r.pattern, Pattern::Any | Pattern::Wildcard(_))
+    });
+    let shallowest = charges.filter(|c| !c.limit.shared).map(|c| c.depth).min();
+    per_value
+        .unwrap_or(usize::MAX)
+        .min(shallowest.unwrap_or(usize::MAX))
+        .min(path.len().saturating_sub(1))
 }
 
 /// The rules matched level by level, stopping at the first entry with no rule or at a
@@ -267,4 +296,96 @@ fn check_override(descriptor: usize, requests_per_unit: u32, unit: i32) -> Resul
         )));
     }
     Ok(unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{compile_sources, LoadOptions};
+    use crate::pb::common::rate_limit_descriptor::Entry;
+
+    const TIERS: &str = "\
+domain: llm
+descriptors:
+  - key: tier
+    value: free
+    descriptors:
+      - key: tenant
+        hierarchical: true
+        rate_limit: {name: tenant, unit: minute, requests_per_unit: 100}
+        descriptors:
+          - key: model
+            rate_limit: {name: model, unit: minute, requests_per_unit: 10}
+  - key: tier
+    value: pro
+    hierarchical: true
+    rate_limit: {name: tier, unit: minute, requests_per_unit: 1000}
+    descriptors:
+      - key: tenant
+        rate_limit: {name: tenant, unit: minute, requests_per_unit: 100}
+  - key: tenant
+    rate_limits:
+      - {name: tenant, unit: minute, requests_per_unit: 100}
+      - {name: global, unit: minute, requests_per_unit: 5000, shared: true}
+  - key: ip
+    value: '10.*'
+    share_threshold: true
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 10}
+";
+
+    fn tags(descriptors: &[&[(&str, &str)]]) -> Vec<String> {
+        let config = compile_sources(&[("t.yaml".into(), TIERS.into())], LoadOptions::default())
+            .expect("config compiles");
+        let req = RateLimitRequest {
+            domain: "llm".into(),
+            descriptors: descriptors
+                .iter()
+                .map(|entries| RateLimitDescriptor {
+                    entries: entries
+                        .iter()
+                        .map(|(k, v)| Entry {
+                            key: k.to_string(),
+                            value: v.to_string(),
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            hits_addend: 0,
+        };
+        let plan = plan(&config, &req).expect("plans");
+        plan.charges.iter().map(|c| c.tag().to_string()).collect()
+    }
+
+    #[test]
+    fn a_constant_first_entry_does_not_put_every_tenant_on_one_slot() {
+        let a = tags(&[&[("tier", "free"), ("tenant", "a"), ("model", "gpt")]]);
+        let b = tags(&[&[("tier", "free"), ("tenant", "b"), ("model", "gpt")]]);
+        // Both charges of a descriptor (tenant, model) share the tenant's tag: one script.
+        assert_eq!(a, ["llm|tier=free|tenant=a", "llm|tier=free|tenant=a"]);
+        assert_eq!(b, ["llm|tier=free|tenant=b", "llm|tier=free|tenant=b"]);
+    }
+
+    #[test]
+    fn a_counter_owned_by_the_constant_level_keeps_the_descriptor_on_its_slot() {
+        // `tier=pro` has a counter of its own (shared by its tenants): atomicity first.
+        let t = tags(&[&[("tier", "pro"), ("tenant", "a")]]);
+        assert_eq!(t, ["llm|tier=pro", "llm|tier=pro"]);
+    }
+
+    #[test]
+    fn a_per_value_first_entry_is_the_tag_as_before_and_shared_limits_have_their_own() {
+        let t = tags(&[&[("tenant", "a")]]);
+        assert_eq!(t, ["llm|tenant=a", "llm|tenant=*|*"]);
+    }
+
+    #[test]
+    fn a_share_threshold_level_is_a_constant_not_a_per_value_level() {
+        let a = tags(&[&[("ip", "10.1.2.3"), ("path", "/x")]]);
+        let b = tags(&[&[("ip", "10.9.9.9"), ("path", "/y")]]);
+        assert_eq!(a, ["llm|ip=10.*|path=/x"]);
+        assert_eq!(b, ["llm|ip=10.*|path=/y"]);
+    }
 }

@@ -210,3 +210,68 @@ fn grpc_tenants_share_a_global_limit_exactly_on_every_store() {
 fn hierarchical_tenants_share_a_global_limit_exactly_on_every_store() {
     for_every_store(hierarchical_tenants_share_a_global_limit_exactly_from_many_tasks);
 }
+
+/// Tenants below a constant first entry (`tier=free`, the same for all of them) spread over
+/// every primary of the cluster: the hash tag goes down to the per-tenant level, while each
+/// tenant's charges (tenant and model) still share one slot (no CROSSSLOT, exact counts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_below_a_constant_tier_spread_over_every_primary() {
+    use crate::support::kit::{blocking, redis_cluster, wait_ready, RedisSetup};
+    let yaml = "\
+domain: tiers
+descriptors:
+  - key: tier
+    value: free
+    descriptors:
+      - key: tenant
+        hierarchical: true
+        rate_limit: {name: tenant, unit: minute, requests_per_unit: 2}
+        descriptors:
+          - key: model
+            rate_limit: {name: model, unit: minute, requests_per_unit: 5}
+";
+    let clock = ManualClock::new(T0_US);
+    let cluster = redis_cluster();
+    let setup = RedisSetup::new(blocking(|| cluster.seed_url()), &clock);
+    let prefix = setup.key_prefix.clone();
+    let store = Arc::new(setup.connect());
+    wait_ready(store.as_ref()).await;
+    let limiter = limiter(yaml, Settings::default(), store);
+    let tenants: Vec<String> = (0..60).map(|i| format!("t{i}")).collect();
+    for round in 0..3 {
+        for t in &tenants {
+            let req = request(
+                "tiers",
+                vec![descriptor(&[
+                    ("tier", "free"),
+                    ("tenant", t),
+                    ("model", "gpt"),
+                ])],
+            );
+            let resp = limiter.should_rate_limit(&req).await.expect("decided");
+            let want = if round < 2 { OK } else { OVER_LIMIT };
+            assert_eq!(resp.overall_code, want, "tenant {t}, round {round}");
+        }
+    }
+    let per_primary: Vec<(u16, usize)> = blocking(|| {
+        cluster
+            .masters()
+            .into_iter()
+            .map(|port| {
+                let pattern = format!("{prefix}*");
+                let keys = cluster.cli(port, &["--scan", "--pattern", &pattern]);
+                (port, keys.lines().filter(|l| !l.is_empty()).count())
+            })
+            .collect()
+    });
+    let total: usize = per_primary.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        total,
+        2 * tenants.len(),
+        "a tenant and a model counter per tenant"
+    );
+    assert!(
+        per_primary.iter().all(|&(_, n)| n > 0),
+        "tenants did not spread over every primary: {per_primary:?}"
+    );
+}
