@@ -3,6 +3,7 @@
 # on this machine, and writes the results to BENCHMARKS.md.
 #
 #   scripts/bench.sh [DURATION]      # DURATION per scenario, default 10s
+#   LIMITADOR_BIN=/path/to/limitador-server scripts/bench.sh 5s   # and limitador side by side
 #
 # Starts everything it needs on free loopback ports (redis-server processes, tollgate servers)
 # and stops them on exit. Besides decisions/s it records the tollgate process's CPU seconds, so
@@ -156,6 +157,17 @@ kill "$TG_PID"
 echo "redis cluster..." >&2
 start_tollgate cluster --redis-url "redis-cluster://127.0.0.1:${CLUSTER[0]}" --redis-timeout 100ms
 scenarios cluster "${CLUSTER[*]}"
+# Tenants below a constant first entry: how the work spreads over the primaries.
+SHARD_ROWS=()
+declare -A SHARD_CPU0
+for p in "${CLUSTER[@]}"; do SHARD_CPU0[$p]=$(redis_cpu "$p"); done
+SHARD_JSON=$($BENCH --addr "http://127.0.0.1:$TG_PORT" --domain bench \
+  --descriptor 'tier=free,tenant={key},model=gpt' --keys 10000 --duration "$DURATION" \
+  --warmup 0s --json 2>/dev/null)
+for p in "${CLUSTER[@]}"; do
+  SHARD_ROWS+=("| $p | $(python3 -c "print(f'{$(redis_cpu "$p") - ${SHARD_CPU0[$p]}:.2f}')") |")
+done
+SHARD_DPS=$(python3 -c "import json,sys; print(f\"{json.loads(sys.argv[1])['decisions_per_sec']:,.0f}\")" "$SHARD_JSON")
 kill "$TG_PID"
 
 echo "redis-benchmark running tollgate.lua directly..." >&2
@@ -172,6 +184,10 @@ rb() { # name port extra...
 }
 RB1=$(rb "EVALSHA tollgate.lua, 1 key, 50 clients" "$SINGLE")
 RB16=$(rb "EVALSHA tollgate.lua, 1 key, 50 clients, pipeline 16" "$SINGLE" -P 16)
+if [ -n "${LIMITADOR_BIN:-}" ]; then
+  echo "side by side with limitador..." >&2
+  COMPARE=$(bash scripts/bench-compare.sh 3 "$DURATION")
+fi
 RBINCR=$(redis-benchmark -p "$SINGLE" -n 200000 -c 50 -r 10000 -q INCR 'k:__rand_int__' 2>/dev/null | tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | awk '{print $1}')
 
 {
@@ -197,6 +213,24 @@ RBINCR=$(redis-benchmark -p "$SINGLE" -n 200000 -c 50 -r 10000 -q INCR 'k:__rand
   echo "$RB16"
   echo "| INCR (for scale), 50 clients | ${RBINCR:-?} | |"
   echo
+  echo "## Hot shards: tenants below a constant first entry"
+  echo
+  echo "\`tier=free,tenant={10,000 values},model=gpt\` (examples/bench.yaml's \`tier\` rule) on the"
+  echo "3-primary cluster for $DURATION: $SHARD_DPS decisions/s. Redis CPU seconds per primary:"
+  echo
+  echo "| primary | Redis CPU s |"
+  echo "|---|---|"
+  printf '%s\n' "${SHARD_ROWS[@]}"
+  echo
+  if [ -n "${LIMITADOR_BIN:-}" ]; then
+    echo "## Side by side with limitador"
+    echo
+    echo "\`LIMITADOR_BIN=… scripts/bench-compare.sh 3 $DURATION\` (limitador built from its repository;"
+    echo "the same load generator, scenario (a), servers alternating):"
+    echo
+    echo "$COMPARE"
+    echo
+  fi
   echo "## Redis memory"
   echo
   echo "$keys live fixed-window keys (5-second windows, 100,000 values) took $((m1 - m0)) bytes of"

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Side by side: tollgate and another RLS server (limitador) under the same load generator, on
+# the in-memory store and on one Redis, alternating run by run; prints a Markdown table of
+# medians.
+#
+#   LIMITADOR_BIN=/path/to/limitador-server scripts/bench-compare.sh [RUNS] [DURATION]
+#
+# RUNS per server and store (default 3), DURATION per run (default 5s). limitador is not on
+# crates.io and is not built here: point LIMITADOR_BIN at a limitador-server you built from its
+# repository. Its limits are examples/limitador-bench.yaml (the same limits as
+# examples/bench.yaml's `key` rule). Scenario (a): 1 descriptor over 10,000 keys, closed loop,
+# 64 in flight over 4 connections, all allowed. *per CPU-s* = decisions / CPU seconds of the
+# server process (user + system).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
+RUNS=${1:-3}
+DURATION=${2:-5s}
+LIMITADOR=${LIMITADOR_BIN:?set LIMITADOR_BIN to a limitador-server binary}
+WORK=$(mktemp -d /tmp/tollgate-compare.XXXXXX)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for bin in redis-server redis-cli python3 curl; do
+  command -v "$bin" >/dev/null || { echo "error: $bin not on PATH" >&2; exit 1; }
+done
+[ -x "$LIMITADOR" ] || { echo "error: LIMITADOR_BIN=$LIMITADOR is not executable" >&2; exit 1; }
+
+echo "building tollgate (release)..." >&2
+cargo build --release --quiet --workspace --bins
+TG=target/release/tollgate
+BENCH=target/release/tollgate-bench
+
+REDIS=$(free_port)
+redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+  --logfile "$WORK/redis.log" &
+PIDS+=($!)
+for _ in $(seq 100); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.05; done
+
+# start SERVER STORE: sets PID and PORT once the server answers.
+start() {
+  PORT=$(free_port); local http; http=$(free_port)
+  case "$1/$2" in
+    tollgate/memory) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
+                       --http-addr "127.0.0.1:$http" --log error & ;;
+    tollgate/redis) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
+                      --http-addr "127.0.0.1:$http" --log error \
+                      --redis-url "redis://127.0.0.1:$REDIS" --redis-timeout 100ms & ;;
+    limitador/memory) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
+                        examples/limitador-bench.yaml memory >"$WORK/limitador.log" 2>&1 & ;;
+    limitador/redis) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
+                       examples/limitador-bench.yaml redis "redis://127.0.0.1:$REDIS" \
+                       >"$WORK/limitador.log" 2>&1 & ;;
+  esac
+  PID=$!; PIDS+=("$PID")
+  for _ in $(seq 100); do
+    $BENCH --addr "http://127.0.0.1:$PORT" --domain bench --descriptor 'key=probe' \
+      --duration 100ms --warmup 0s --concurrency 1 --connections 1 --json 2>/dev/null \
+      | grep -q '"errors":0,' && return 0
+    sleep 0.1
+  done
+  echo "$1 on $2 did not answer" >&2; exit 1
+}
+
+RESULTS=$WORK/results
+for store in memory redis; do
+  for run in $(seq 1 "$RUNS"); do
+    for server in tollgate limitador; do
+      redis-cli -p "$REDIS" flushall >/dev/null
+      start "$server" "$store"
+      args=(--addr "http://127.0.0.1:$PORT" --domain bench --descriptor 'key={key}' --keys 10000)
+      $BENCH "${args[@]}" --duration 2s --warmup 0s --json >/dev/null 2>&1
+      c0=$(cpu_s "$PID")
+      json=$($BENCH "${args[@]}" --duration "$DURATION" --warmup 0s --json 2>/dev/null)
+      c1=$(cpu_s "$PID")
+      kill "$PID"; wait "$PID" 2>/dev/null || true
+      echo "$store $server $c0 $c1 $json" >> "$RESULTS"
+      echo "$store run $run $server done" >&2
+    done
+  done
+done
+
+python3 - "$RESULTS" "$RUNS" "$DURATION" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    store, server, c0, c1, raw = line.split(" ", 4)
+    d = json.loads(raw)
+    cpu = float(c1) - float(c0)
+    rows.setdefault((store, server), []).append({
+        "dps": d["decisions_per_sec"], "per_cpu": d["requests"] / cpu,
+        "p99": d["p99_us"] / 1000, "p999": d["p999_us"] / 1000,
+        "bad": d["errors"],
+    })
+med = lambda runs, k: statistics.median(r[k] for r in runs)
+print(f"Medians of {sys.argv[2]} alternating {sys.argv[3]} runs per server and store.\n")
+print("| store | server | decisions/s | per server CPU-s | p99 ms | p99.9 ms | errors | per CPU-s, each run |")
+print("|---|---|---|---|---|---|---|---|")
+for store in ("memory", "redis"):
+    for server in ("tollgate", "limitador"):
+        runs = rows.get((store, server), [])
+        if not runs:
+            continue
+        each = " ".join(f"{r['per_cpu']:,.0f}" for r in runs)
+        print(f"| {store} | {server} | {med(runs,'dps'):,.0f} | {med(runs,'per_cpu'):,.0f} | "
+              f"{med(runs,'p99'):.2f} | {med(runs,'p999'):.2f} | {sum(r['bad'] for r in runs)} | {each} |")
+    t, l = rows.get((store, "tollgate")), rows.get((store, "limitador"))
+    if t and l:
+        print(f"| {store} | **tollgate ÷ limitador** | {med(t,'dps')/med(l,'dps'):.2f}× | "
+              f"**{med(t,'per_cpu')/med(l,'per_cpu'):.2f}×** | | | | |")
+PY
