@@ -21,16 +21,9 @@ DURATION=${2:-5s}
 LIMITADOR=${LIMITADOR_BIN:?set LIMITADOR_BIN to a limitador-server binary}
 WORK=$(mktemp -d /tmp/tollgate-compare.XXXXXX)
 PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
 trap cleanup EXIT
 
-for bin in redis-server redis-cli python3 curl; do
-  command -v "$bin" >/dev/null || { echo "error: $bin not on PATH" >&2; exit 1; }
-done
+need redis-server redis-cli python3 curl
 [ -x "$LIMITADOR" ] || { echo "error: LIMITADOR_BIN=$LIMITADOR is not executable" >&2; exit 1; }
 
 echo "building tollgate (release)..." >&2

@@ -20,16 +20,9 @@ OUT=BENCHMARKS.md
 WORK=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
 PIDS=()
 
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
 trap cleanup EXIT
 
-for bin in redis-server redis-cli redis-benchmark python3; do
-  command -v "$bin" >/dev/null || { echo "error: $bin not on PATH" >&2; exit 1; }
-done
+need redis-server redis-cli redis-benchmark python3
 
 echo "building tollgate (release)..." >&2
 cargo build --release --quiet --workspace --bins

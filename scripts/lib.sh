@@ -24,3 +24,18 @@ f = open(f"/proc/{sys.argv[1]}/stat").read().rsplit(")", 1)[1].split()
 print((int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"))
 PY
 }
+
+# Stops every process in PIDS (a paused one is continued first) and removes WORK. Scripts set
+# both, then `trap cleanup EXIT`.
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+
+# Fails with a clear message unless every named command is on the PATH.
+need() {
+  for bin in "$@"; do
+    command -v "$bin" >/dev/null || { echo "error: $bin not on PATH" >&2; exit 1; }
+  done
+}

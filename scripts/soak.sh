@@ -23,16 +23,9 @@ LIMIT=50
 WORK=$(mktemp -d /tmp/tollgate-soak.XXXXXX)
 PIDS=()
 
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
 trap cleanup EXIT
 
-for bin in redis-server redis-cli python3 curl; do
-  command -v "$bin" >/dev/null || { echo "error: $bin not on PATH" >&2; exit 1; }
-done
+need redis-server redis-cli python3 curl
 
 echo "building tollgate and tollgate-bench (release)..." >&2
 cargo build --release --quiet --workspace --bins

@@ -64,7 +64,7 @@ async fn killing_a_replica_fails_nothing_and_admits_exactly() {
     let mut cluster = blocking(|| RedisCluster::start(3, 1));
     let url = cluster.seed_url();
     let replica = blocking(|| {
-        let holder = cluster.primary_for("{faults|thousand=k}");
+        let holder = cluster.primary_for(HOT_KEY);
         cluster
             .replicas()
             .into_iter()
@@ -97,16 +97,9 @@ async fn killing_a_replica_fails_nothing_and_admits_exactly() {
 async fn migrating_the_hot_slot_under_load_admits_exactly() {
     let cluster = blocking(|| RedisCluster::start(3, 0));
     let url = cluster.seed_url();
-    let key = "{faults|thousand=k}";
-    let (slot, from, to) = blocking(|| {
-        let from = cluster.primary_for(key);
-        let to = cluster
-            .masters()
-            .into_iter()
-            .find(|&p| p != from)
-            .expect("another primary");
-        (cluster.slot_of(key), from, to)
-    });
+    let key = HOT_KEY;
+    let (from, to) = blocking(|| hot_primary_and_another(&cluster));
+    let slot = blocking(|| cluster.slot_of(key));
     let samples = two_instances_under(&url, "reshard:", Duration::from_secs(7), || {
         migrate_slot(&cluster, slot, from, to)
     })
@@ -146,16 +139,8 @@ async fn migrating_the_hot_slot_under_load_admits_exactly() {
 async fn resharding_a_primary_away_under_load_admits_exactly() {
     let cluster = blocking(|| RedisCluster::start(3, 0));
     let url = cluster.seed_url();
-    let key = "{faults|thousand=k}";
-    let (from, to) = blocking(|| {
-        let from = cluster.primary_for(key);
-        let to = cluster
-            .masters()
-            .into_iter()
-            .find(|&p| p != from)
-            .expect("another primary");
-        (from, to)
-    });
+    let key = HOT_KEY;
+    let (from, to) = blocking(|| hot_primary_and_another(&cluster));
     let samples = two_instances_under(&url, "reshard-all:", Duration::from_secs(7), || {
         let id = |port: u16| cluster.cli(port, &["CLUSTER", "MYID"]);
         let slots = slots_served(&cluster, from).to_string();
@@ -201,6 +186,20 @@ async fn resharding_a_primary_away_under_load_admits_exactly() {
     assert_eq!(t.failed, 0, "calls failed during the reshard: {failures:?}");
     assert!(t.over > 0, "the traffic never used the limit up");
     assert_eq!(t.ok, LIMIT);
+}
+
+/// The hash tag of the counter every instance charges.
+const HOT_KEY: &str = "{faults|thousand=k}";
+
+/// The primary holding the hot counter, and another primary.
+fn hot_primary_and_another(cluster: &RedisCluster) -> (u16, u16) {
+    let from = cluster.primary_for(HOT_KEY);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|&p| p != from)
+        .expect("another primary");
+    (from, to)
 }
 
 /// How many slots `port` serves, by its own `CLUSTER NODES` line.
