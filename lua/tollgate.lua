@@ -1,4 +1,5 @@
--- tollgate: decide, or undo, the charges of one placement group of a request, atomically.
+-- tollgate: decide, or undo, the charges of one placement group of a request, atomically (or
+-- of a batch of them, each on its own; see the end of this comment).
 --
 -- This is src/algorithm (batch::evaluate and the three algorithms) written in Lua, step by
 -- step; the differential test runs random requests through both and compares every answer and
@@ -23,18 +24,19 @@
 -- State per key (struct-packed doubles): fixed window <count, end>; sliding window
 -- <time, cost>* (oldest first); token bucket <us, frac, born, seq, dropped> then
 -- <seq, debt_us, debt_frac>* (tat = us + frac / limit; the debts later charges found).
+--
+-- A batch (many requests' calls in one EVALSHA, each decided on its own as above):
+-- ARGV[1] "B", ARGV[2] the number of calls, then per call: its number of keys, its number of
+-- arguments, then its arguments (laid out as above); KEYS holds every call's keys, call by
+-- call. Returns one reply per call: the table above, or a string saying why that call failed
+-- (a failed call does not stop the others; what it wrote before failing stays, as for a
+-- single call).
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
-local mode = tonumber(ARGV[2])
-local count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
-local quota_total = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
+-- The call being decided: its offsets into KEYS and ARGV, and its arguments.
+local KO, AO = 0, 0
+local now, mode, count_rejected, dry, refunding, quota_total, n, charges
+-- Redis TIME, read once per script run.
+local clock
 
 local DEBT_CAP_FACTOR = 100
 local HISTORY = 8
@@ -45,9 +47,14 @@ local TTL_SLACK_MS = 1000
 -- The common case first: one enforced fixed-window charge (no overdraft), deciding. This is
 -- what the general code below answers for it, without its tables; the differential test
 -- holds the two (and Rust) to the same answers and state.
-if n == 1 and mode == 0 and ARGV[6] == 'f' and ARGV[10] == '0' and ARGV[12] == 'e' then
-  local key = KEYS[tonumber(ARGV[5])]
-  local limit, window, cost = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[11])
+local function fast()
+  if n ~= 1 or mode ~= 0 or ARGV[AO + 6] ~= 'f' or ARGV[AO + 10] ~= '0'
+    or ARGV[AO + 12] ~= 'e' then
+    return nil
+  end
+  local key = KEYS[KO + tonumber(ARGV[AO + 5])]
+  local limit, window = tonumber(ARGV[AO + 7]), tonumber(ARGV[AO + 8])
+  local cost = tonumber(ARGV[AO + 11])
   local count, stop = 0, nil
   local raw = redis.call('GET', key)
   if raw then
@@ -74,463 +81,511 @@ if n == 1 and mode == 0 and ARGV[6] == 'f' and ARGV[10] == '0' and ARGV[12] == '
   return { now, 0, math.max(limit - count, 0), wait, 0, 0, 0 }
 end
 
-local charges = {}
-for i = 1, n do
-  local b = 4 + (i - 1) * 8
-  local role = ARGV[b + 8]
-  local c = {
-    key = tonumber(ARGV[b + 1]),
-    alg = ARGV[b + 2],
-    limit = tonumber(ARGV[b + 3]),
-    window = tonumber(ARGV[b + 4]),
-    burst = tonumber(ARGV[b + 5]),
-    overdraft = ARGV[b + 6] == '1',
-    cost = tonumber(ARGV[b + 7]),
-    role = string.sub(role, 1, 1),
-    descriptor = string.sub(role, 2),
-  }
-  if c.alg ~= 't' then c.burst = c.limit end
-  if c.alg == 't' then
-    c.q = math.floor(c.window / c.limit)
-    c.r = c.window - c.q * c.limit
+-- Everything else: closures over the call state, made on the first call that needs them.
+local function build()
+  -- Integer division of non-negative integers held in doubles, exact below 2^53.
+  local function idiv(a, b)
+    local q = math.floor(a / b)
+    local r = a - q * b
+    if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
+    return q, r
   end
-  charges[i] = c
-end
 
--- Integer division of non-negative integers held in doubles, exact below 2^53.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
-  return q, r
-end
+  local function usage_cap(c)
+    return c.burst * (DEBT_CAP_FACTOR + 1)
+  end
 
-local function usage_cap(c)
-  return c.burst * (DEBT_CAP_FACTOR + 1)
-end
+  -- check_cost: overdraft asks "anything left?"; check-only asks the same, except under count
+  -- rejected, where it fits while usage has not gone past the limit.
+  local function check_cost(c)
+    if c.overdraft then return 1 end
+    if c.cost == 0 and count_rejected then return 0 end
+    return math.max(c.cost, 1)
+  end
 
--- check_cost: overdraft asks "anything left?"; check-only asks the same, except under count
--- rejected, where it fits while usage has not gone past the limit.
-local function check_cost(c)
-  if c.overdraft then return 1 end
-  if c.cost == 0 and count_rejected then return 0 end
-  return math.max(c.cost, 1)
-end
+  ---------------------------------------------------------------- token bucket: time pairs
+  -- A time is a pair {us, frac} meaning us + frac / limit, 0 <= frac < limit.
 
----------------------------------------------------------------- token bucket: time pairs
--- A time is a pair {us, frac} meaning us + frac / limit, 0 <= frac < limit.
+  local function pair(c, us, frac)
+    local q, r = idiv(frac, c.limit)
+    return { us + q, r }
+  end
 
-local function pair(c, us, frac)
-  local q, r = idiv(frac, c.limit)
-  return { us + q, r }
-end
+  local function padd(c, a, b) return pair(c, a[1] + b[1], a[2] + b[2]) end
 
-local function padd(c, a, b) return pair(c, a[1] + b[1], a[2] + b[2]) end
+  local function psub(c, a, b)
+    local us, frac = a[1] - b[1], a[2] - b[2]
+    if frac < 0 then frac = frac + c.limit; us = us - 1 end
+    return { us, frac }
+  end
 
-local function psub(c, a, b)
-  local us, frac = a[1] - b[1], a[2] - b[2]
-  if frac < 0 then frac = frac + c.limit; us = us - 1 end
-  return { us, frac }
-end
+  local function pcmp(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] and -1 or 1 end
+    if a[2] ~= b[2] then return a[2] < b[2] and -1 or 1 end
+    return 0
+  end
 
-local function pcmp(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] and -1 or 1 end
-  if a[2] ~= b[2] then return a[2] < b[2] and -1 or 1 end
-  return 0
-end
+  local function pmin(a, b) if pcmp(a, b) <= 0 then return a end return b end
 
-local function pmin(a, b) if pcmp(a, b) <= 0 then return a end return b end
+  -- k units of time: k * window / limit.
+  local function ptimes(c, k)
+    local q, r = idiv(k * c.r, c.limit)
+    return { k * c.q + q, r }
+  end
 
--- k units of time: k * window / limit.
-local function ptimes(c, k)
-  local q, r = idiv(k * c.r, c.limit)
-  return { k * c.q + q, r }
-end
+  local ZERO = { 0, 0 }
 
-local ZERO = { 0, 0 }
+  local function tdebt(s, c)
+    if s == nil then return ZERO end
+    local d = psub(c, s.tat, { now, 0 })
+    if d[1] < 0 then return ZERO end
+    return d
+  end
 
-local function tdebt(s, c)
-  if s == nil then return ZERO end
-  local d = psub(c, s.tat, { now, 0 })
-  if d[1] < 0 then return ZERO end
-  return d
-end
+  -- Whole units a debt stands for, rounded up: the smallest u with u * T >= d.
+  local function tunits(c, d)
+    local u = math.floor((d[1] + d[2] / c.limit) * c.limit / c.window)
+    if u < 0 then u = 0 end
+    while pcmp(ptimes(c, u), d) < 0 do u = u + 1 end
+    while u > 0 and pcmp(ptimes(c, u - 1), d) >= 0 do u = u - 1 end
+    return u
+  end
 
--- Whole units a debt stands for, rounded up: the smallest u with u * T >= d.
-local function tunits(c, d)
-  local u = math.floor((d[1] + d[2] / c.limit) * c.limit / c.window)
-  if u < 0 then u = 0 end
-  while pcmp(ptimes(c, u), d) < 0 do u = u + 1 end
-  while u > 0 and pcmp(ptimes(c, u - 1), d) >= 0 do u = u - 1 end
-  return u
-end
+  local function pceil(d)
+    if d[2] > 0 then return d[1] + 1 end
+    return d[1]
+  end
 
-local function pceil(d)
-  if d[2] > 0 then return d[1] + 1 end
-  return d[1]
-end
+  ---------------------------------------------------------------- state: load, encode
 
----------------------------------------------------------------- state: load, encode
-
-local function decode(raw, c)
-  if c.alg == 'f' then
-    local count, stop = struct.unpack('<dd', raw)
-    return { count = count, stop = stop }
-  elseif c.alg == 't' then
-    local us, frac, born, seq, dropped, pos = struct.unpack('<ddddd', raw)
-    local hist = {}
+  local function decode(raw, c)
+    if c.alg == 'f' then
+      local count, stop = struct.unpack('<dd', raw)
+      return { count = count, stop = stop }
+    elseif c.alg == 't' then
+      local us, frac, born, seq, dropped, pos = struct.unpack('<ddddd', raw)
+      local hist = {}
+      while pos < #raw do
+        local hs, hu, hf
+        hs, hu, hf, pos = struct.unpack('<ddd', raw, pos)
+        hist[#hist + 1] = { seq = hs, debt = { hu, hf } }
+      end
+      return { tat = { us, frac }, born = born, seq = seq, dropped = dropped, hist = hist }
+    end
+    local ts, cs, total, pos = {}, {}, 0, 1
     while pos < #raw do
-      local hs, hu, hf
-      hs, hu, hf, pos = struct.unpack('<ddd', raw, pos)
-      hist[#hist + 1] = { seq = hs, debt = { hu, hf } }
+      local t, cost
+      t, cost, pos = struct.unpack('<dd', raw, pos)
+      ts[#ts + 1] = t
+      cs[#cs + 1] = cost
+      total = total + cost
     end
-    return { tat = { us, frac }, born = born, seq = seq, dropped = dropped, hist = hist }
+    return { ts = ts, cs = cs, total = total }
   end
-  local ts, cs, total, pos = {}, {}, 0, 1
-  while pos < #raw do
-    local t, cost
-    t, cost, pos = struct.unpack('<dd', raw, pos)
-    ts[#ts + 1] = t
-    cs[#cs + 1] = cost
-    total = total + cost
-  end
-  return { ts = ts, cs = cs, total = total }
-end
 
-local function encode(s, c)
-  if c.alg == 'f' then return struct.pack('<dd', s.count, s.stop) end
-  if c.alg == 't' then
-    local parts = { struct.pack('<ddddd', s.tat[1], s.tat[2], s.born, s.seq, s.dropped) }
-    for i = 1, #s.hist do
-      local h = s.hist[i]
-      parts[#parts + 1] = struct.pack('<ddd', h.seq, h.debt[1], h.debt[2])
+  local function encode(s, c)
+    if c.alg == 'f' then return struct.pack('<dd', s.count, s.stop) end
+    if c.alg == 't' then
+      local parts = { struct.pack('<ddddd', s.tat[1], s.tat[2], s.born, s.seq, s.dropped) }
+      for i = 1, #s.hist do
+        local h = s.hist[i]
+        parts[#parts + 1] = struct.pack('<ddd', h.seq, h.debt[1], h.debt[2])
+      end
+      return table.concat(parts)
     end
+    local parts = {}
+    for i = 1, #s.ts do parts[i] = struct.pack('<dd', s.ts[i], s.cs[i]) end
     return table.concat(parts)
   end
-  local parts = {}
-  for i = 1, #s.ts do parts[i] = struct.pack('<dd', s.ts[i], s.cs[i]) end
-  return table.concat(parts)
-end
 
--- Drops what has expired (algorithm::refresh); nil when nothing is live.
-local function refresh(s, c)
-  if s == nil then return nil end
-  if c.alg == 'f' then
-    if s.stop <= now then return nil end
+  -- Drops what has expired (algorithm::refresh); nil when nothing is live.
+  local function refresh(s, c)
+    if s == nil then return nil end
+    if c.alg == 'f' then
+      if s.stop <= now then return nil end
+      return s
+    elseif c.alg == 't' then
+      if s.tat[1] < now or (s.tat[1] == now and s.tat[2] == 0) then return nil end
+      return s
+    end
+    local first = 1
+    while first <= #s.ts and s.ts[first] + c.window <= now do
+      s.total = s.total - s.cs[first]
+      first = first + 1
+    end
+    if first > #s.ts then return nil end
+    if first > 1 then
+      local ts, cs = {}, {}
+      for i = first, #s.ts do ts[#ts + 1] = s.ts[i]; cs[#cs + 1] = s.cs[i] end
+      s.ts, s.cs = ts, cs
+    end
     return s
-  elseif c.alg == 't' then
-    if s.tat[1] < now or (s.tat[1] == now and s.tat[2] == 0) then return nil end
-    return s
   end
-  local first = 1
-  while first <= #s.ts and s.ts[first] + c.window <= now do
-    s.total = s.total - s.cs[first]
-    first = first + 1
+
+  local function load(key, c)
+    local raw = redis.call('GET', key)
+    if not raw then return nil end
+    return refresh(decode(raw, c), c)
   end
-  if first > #s.ts then return nil end
-  if first > 1 then
-    local ts, cs = {}, {}
-    for i = first, #s.ts do ts[#ts + 1] = s.ts[i]; cs[#cs + 1] = s.cs[i] end
-    s.ts, s.cs = ts, cs
-  end
-  return s
-end
 
-local function load(key, c)
-  local raw = redis.call('GET', key)
-  if not raw then return nil end
-  return refresh(decode(raw, c), c)
-end
-
-local function copy(s)
-  if s == nil then return nil end
-  if s.ts then
-    local ts, cs = {}, {}
-    for i = 1, #s.ts do ts[i] = s.ts[i]; cs[i] = s.cs[i] end
-    return { ts = ts, cs = cs, total = s.total }
-  elseif s.tat then
-    local hist = {}
-    for i = 1, #s.hist do hist[i] = { seq = s.hist[i].seq, debt = s.hist[i].debt } end
-    return { tat = s.tat, born = s.born, seq = s.seq, dropped = s.dropped, hist = hist }
-  end
-  return { count = s.count, stop = s.stop }
-end
-
----------------------------------------------------------------- the algorithms
-
-local function used(s)
-  if s == nil then return 0 end
-  if s.count then return s.count end
-  return s.total
-end
-
-local function fits(s, c, k)
-  if c.alg == 't' then
-    if k > c.burst then return false end
-    return pcmp(padd(c, tdebt(s, c), ptimes(c, k)), ptimes(c, c.burst)) <= 0
-  end
-  return used(s) + k <= c.limit
-end
-
--- Adds up to cost, stopping at the usage cap. Returns the new state, added, mark1, mark2.
-local function charge(s, c)
-  if c.cost == 0 then return s, 0, 0, 0 end
-  if c.alg == 'f' then
-    if s == nil then s = { count = 0, stop = now - (now % c.window) + c.window } end
-    local added = math.min(c.cost, math.max(usage_cap(c) - s.count, 0))
-    if added == 0 and s.count == 0 then return nil, 0, s.stop, 0 end
-    s.count = s.count + added
-    return s, added, s.stop, 0
-  elseif c.alg == 't' then
-    local found = tdebt(s, c)
-    local added = math.min(c.cost, math.max(usage_cap(c) - tunits(c, found), 0))
-    if added == 0 then
-      if s == nil then return nil, 0, now, 0 end
-      return s, 0, s.born, s.seq
+  local function copy(s)
+    if s == nil then return nil end
+    if s.ts then
+      local ts, cs = {}, {}
+      for i = 1, #s.ts do ts[i] = s.ts[i]; cs[i] = s.cs[i] end
+      return { ts = ts, cs = cs, total = s.total }
+    elseif s.tat then
+      local hist = {}
+      for i = 1, #s.hist do hist[i] = { seq = s.hist[i].seq, debt = s.hist[i].debt } end
+      return { tat = s.tat, born = s.born, seq = s.seq, dropped = s.dropped, hist = hist }
     end
-    if s == nil then s = { tat = { now, 0 }, born = now, seq = 0, dropped = 0, hist = {} } end
-    s.tat = padd(c, { now, 0 }, padd(c, found, ptimes(c, added)))
-    s.seq = s.seq + 1
-    while #s.hist > 0 and pcmp(s.hist[#s.hist].debt, found) >= 0 do
-      s.hist[#s.hist] = nil
-    end
-    s.hist[#s.hist + 1] = { seq = s.seq, debt = found }
-    if #s.hist > HISTORY then
-      s.dropped = s.hist[1].seq
-      table.remove(s.hist, 1)
-    end
-    return s, added, s.born, s.seq
+    return { count = s.count, stop = s.stop }
   end
-  if s == nil then s = { ts = {}, cs = {}, total = 0 } end
-  local added = math.min(c.cost, math.max(usage_cap(c) - s.total, 0))
-  local g = math.max(math.floor(c.window / 1000), 1000)
-  local at = now
-  local last = #s.ts
-  if last > 0 then at = math.max(now, s.ts[last]) end
-  local granule = math.floor(at / g)
-  if added > 0 then
-    s.total = s.total + added
-    if last > 0 and math.floor(s.ts[last] / g) == granule then
-      s.cs[last] = s.cs[last] + added
-    else
-      s.ts[last + 1] = granule * g + g - 1
-      s.cs[last + 1] = added
-    end
-  end
-  if #s.ts == 0 then s = nil end
-  return s, added, granule, 0
-end
 
--- Takes back `amount` units a charge added where marks say (algorithm::refund).
-local function refund(s, c, amount, mark1, mark2)
-  if s == nil or amount == 0 then return s end
-  if c.alg == 'f' then
-    if s.stop ~= mark1 then return s end
-    s.count = s.count - math.min(amount, s.count)
-    if s.count == 0 then return nil end
-    return s
-  elseif c.alg == 't' then
-    if s.born ~= mark1 or s.dropped > mark2 then return s end
-    local charged = ptimes(c, amount)
-    local give = charged
-    for i = 1, #s.hist do
-      if s.hist[i].seq > mark2 then give = pmin(give, s.hist[i].debt); break end
+  ---------------------------------------------------------------- the algorithms
+
+  local function used(s)
+    if s == nil then return 0 end
+    if s.count then return s.count end
+    return s.total
+  end
+
+  local function fits(s, c, k)
+    if c.alg == 't' then
+      if k > c.burst then return false end
+      return pcmp(padd(c, tdebt(s, c), ptimes(c, k)), ptimes(c, c.burst)) <= 0
     end
-    give = pmin(give, s.tat)
-    s.tat = psub(c, s.tat, give)
-    if pcmp(s.tat, { now, 0 }) <= 0 then return nil end
-    for i = 1, #s.hist do
-      local h = s.hist[i]
-      if h.seq > mark2 then
-        if pcmp(h.debt, charged) <= 0 then h.debt = ZERO else h.debt = psub(c, h.debt, charged) end
+    return used(s) + k <= c.limit
+  end
+
+  -- Adds up to cost, stopping at the usage cap. Returns the new state, added, mark1, mark2.
+  local function charge(s, c)
+    if c.cost == 0 then return s, 0, 0, 0 end
+    if c.alg == 'f' then
+      if s == nil then s = { count = 0, stop = now - (now % c.window) + c.window } end
+      local added = math.min(c.cost, math.max(usage_cap(c) - s.count, 0))
+      if added == 0 and s.count == 0 then return nil, 0, s.stop, 0 end
+      s.count = s.count + added
+      return s, added, s.stop, 0
+    elseif c.alg == 't' then
+      local found = tdebt(s, c)
+      local added = math.min(c.cost, math.max(usage_cap(c) - tunits(c, found), 0))
+      if added == 0 then
+        if s == nil then return nil, 0, now, 0 end
+        return s, 0, s.born, s.seq
+      end
+      if s == nil then s = { tat = { now, 0 }, born = now, seq = 0, dropped = 0, hist = {} } end
+      s.tat = padd(c, { now, 0 }, padd(c, found, ptimes(c, added)))
+      s.seq = s.seq + 1
+      while #s.hist > 0 and pcmp(s.hist[#s.hist].debt, found) >= 0 do
+        s.hist[#s.hist] = nil
+      end
+      s.hist[#s.hist + 1] = { seq = s.seq, debt = found }
+      if #s.hist > HISTORY then
+        s.dropped = s.hist[1].seq
+        table.remove(s.hist, 1)
+      end
+      return s, added, s.born, s.seq
+    end
+    if s == nil then s = { ts = {}, cs = {}, total = 0 } end
+    local added = math.min(c.cost, math.max(usage_cap(c) - s.total, 0))
+    local g = math.max(math.floor(c.window / 1000), 1000)
+    local at = now
+    local last = #s.ts
+    if last > 0 then at = math.max(now, s.ts[last]) end
+    local granule = math.floor(at / g)
+    if added > 0 then
+      s.total = s.total + added
+      if last > 0 and math.floor(s.ts[last] / g) == granule then
+        s.cs[last] = s.cs[last] + added
+      else
+        s.ts[last + 1] = granule * g + g - 1
+        s.cs[last + 1] = added
       end
     end
-    return s
+    if #s.ts == 0 then s = nil end
+    return s, added, granule, 0
   end
-  local g = math.max(math.floor(c.window / 1000), 1000)
-  for i = 1, #s.ts do
-    if math.floor(s.ts[i] / g) == mark1 then
-      local take = math.min(amount, s.cs[i])
-      s.cs[i] = s.cs[i] - take
-      s.total = s.total - take
-      if s.cs[i] == 0 then
-        table.remove(s.ts, i)
-        table.remove(s.cs, i)
+
+  -- Takes back `amount` units a charge added where marks say (algorithm::refund).
+  local function refund(s, c, amount, mark1, mark2)
+    if s == nil or amount == 0 then return s end
+    if c.alg == 'f' then
+      if s.stop ~= mark1 then return s end
+      s.count = s.count - math.min(amount, s.count)
+      if s.count == 0 then return nil end
+      return s
+    elseif c.alg == 't' then
+      if s.born ~= mark1 or s.dropped > mark2 then return s end
+      local charged = ptimes(c, amount)
+      local give = charged
+      for i = 1, #s.hist do
+        if s.hist[i].seq > mark2 then give = pmin(give, s.hist[i].debt); break end
       end
-      break
-    end
-  end
-  if #s.ts == 0 then return nil end
-  return s
-end
-
-local function remaining(s, c)
-  if c.alg == 't' then
-    return math.max(c.burst - tunits(c, tdebt(s, c)), 0)
-  end
-  return math.max(c.limit - used(s), 0)
-end
-
-local function reset_after(s, c)
-  if c.alg == 'f' then
-    if s == nil then return c.window - (now % c.window) end
-    return math.max(s.stop - now, 0)
-  end
-  if s == nil then return 0 end
-  if c.alg == 's' then return math.max(s.ts[#s.ts] + c.window - now, 0) end
-  return pceil(tdebt(s, c))
-end
-
-local function retry_after(s, c, k)
-  if k > c.burst then return -1 end
-  if fits(s, c, k) or s == nil then return 0 end
-  if c.alg == 'f' then return math.max(s.stop - now, 0) end
-  if c.alg == 's' then
-    local need = s.total + k - c.limit
-    local freed, wait = 0, 0
-    for i = 1, #s.ts do
-      freed = freed + s.cs[i]
-      wait = math.max(s.ts[i] + c.window - now, 0)
-      if freed >= need then break end
-    end
-    return wait
-  end
-  return pceil(psub(c, padd(c, tdebt(s, c), ptimes(c, k)), ptimes(c, c.burst)))
-end
-
-local function expires_at(s, c)
-  if c.alg == 'f' then return s.stop end
-  if c.alg == 's' then return s.ts[#s.ts] + c.window end
-  return pceil(s.tat)
-end
-
----------------------------------------------------------------- the batch
-
--- The one denial rule (decision::verdict): 0 admit, 1 overdraft only, 2 deny.
-local function verdict(allowed)
-  local over, hard = false, false
-  local quota, quota_count = {}, 0
-  for i = 1, n do
-    local c = charges[i]
-    if not allowed[i] then
-      if c.role == 'e' then
-        over = true
-        if not c.overdraft then hard = true end
-      elseif c.role == 'q' then
-        if quota[c.descriptor] == nil then
-          quota[c.descriptor] = false
-          quota_count = quota_count + 1
+      give = pmin(give, s.tat)
+      s.tat = psub(c, s.tat, give)
+      if pcmp(s.tat, { now, 0 }) <= 0 then return nil end
+      for i = 1, #s.hist do
+        local h = s.hist[i]
+        if h.seq > mark2 then
+          if pcmp(h.debt, charged) <= 0 then
+            h.debt = ZERO
+          else
+            h.debt = psub(c, h.debt, charged)
+          end
         end
-        if not c.overdraft then quota[c.descriptor] = true end
+      end
+      return s
+    end
+    local g = math.max(math.floor(c.window / 1000), 1000)
+    for i = 1, #s.ts do
+      if math.floor(s.ts[i] / g) == mark1 then
+        local take = math.min(amount, s.cs[i])
+        s.cs[i] = s.cs[i] - take
+        s.total = s.total - take
+        if s.cs[i] == 0 then
+          table.remove(s.ts, i)
+          table.remove(s.cs, i)
+        end
+        break
       end
     end
+    if #s.ts == 0 then return nil end
+    return s
   end
-  if quota_total > 0 and quota_count == quota_total then
-    over = true
-    local all_hard = true
-    for _, h in pairs(quota) do if not h then all_hard = false end end
-    if all_hard then hard = true end
+
+  local function remaining(s, c)
+    if c.alg == 't' then
+      return math.max(c.burst - tunits(c, tdebt(s, c)), 0)
+    end
+    return math.max(c.limit - used(s), 0)
   end
-  if not over then return 0 end
-  if hard then return 2 end
-  return 1
-end
 
--- Per key: its limit (every charge on one key has the same shape), loaded and running state.
-local key_params, loaded, after = {}, {}, {}
-for i = 1, n do
-  local c = charges[i]
-  if key_params[c.key] == nil then
-    key_params[c.key] = c
-    loaded[c.key] = load(KEYS[c.key], c)
+  local function reset_after(s, c)
+    if c.alg == 'f' then
+      if s == nil then return c.window - (now % c.window) end
+      return math.max(s.stop - now, 0)
+    end
+    if s == nil then return 0 end
+    if c.alg == 's' then return math.max(s.ts[#s.ts] + c.window - now, 0) end
+    return pceil(tdebt(s, c))
   end
-end
 
-local allowed, added, mark1, mark2 = {}, {}, {}, {}
-local final = {}
+  local function retry_after(s, c, k)
+    if k > c.burst then return -1 end
+    if fits(s, c, k) or s == nil then return 0 end
+    if c.alg == 'f' then return math.max(s.stop - now, 0) end
+    if c.alg == 's' then
+      local need = s.total + k - c.limit
+      local freed, wait = 0, 0
+      for i = 1, #s.ts do
+        freed = freed + s.cs[i]
+        wait = math.max(s.ts[i] + c.window - now, 0)
+        if freed >= need then break end
+      end
+      return wait
+    end
+    return pceil(psub(c, padd(c, tdebt(s, c), ptimes(c, k)), ptimes(c, c.burst)))
+  end
 
-if refunding then
-  local b = 4 + n * 8
-  for i = 1, n do
-    local c = charges[i]
-    local e = b + (i - 1) * 5
-    allowed[i] = ARGV[e + 1] == '1'
-    added[i] = tonumber(ARGV[e + 2])
-    mark1[i], mark2[i] = tonumber(ARGV[e + 4]), tonumber(ARGV[e + 5])
-    local undo = tonumber(ARGV[e + 3])
-    if undo > 0 then
-      local s = refund(loaded[c.key], c, undo, mark1[i], mark2[i])
-      loaded[c.key] = s
-      if s == nil then
-        redis.call('DEL', KEYS[c.key])
-      else
-        local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
-        redis.call('SET', KEYS[c.key], encode(s, c), 'PX', ttl_ms)
+  local function expires_at(s, c)
+    if c.alg == 'f' then return s.stop end
+    if c.alg == 's' then return s.ts[#s.ts] + c.window end
+    return pceil(s.tat)
+  end
+
+  ---------------------------------------------------------------- the batch
+
+  -- The one denial rule (decision::verdict): 0 admit, 1 overdraft only, 2 deny.
+  local function verdict(allowed)
+    local over, hard = false, false
+    local quota, quota_count = {}, 0
+    for i = 1, n do
+      local c = charges[i]
+      if not allowed[i] then
+        if c.role == 'e' then
+          over = true
+          if not c.overdraft then hard = true end
+        elseif c.role == 'q' then
+          if quota[c.descriptor] == nil then
+            quota[c.descriptor] = false
+            quota_count = quota_count + 1
+          end
+          if not c.overdraft then quota[c.descriptor] = true end
+        end
       end
     end
-    if added[i] == 0 then mark1[i], mark2[i] = 0, 0 end
-  end
-  for key, _ in pairs(key_params) do final[key] = loaded[key] end
-else
-  for key, _ in pairs(key_params) do after[key] = copy(loaded[key]) end
-  local dirty = {}
-  for i = 1, n do
-    local c = charges[i]
-    allowed[i] = fits(after[c.key], c, check_cost(c))
-    added[i], mark1[i], mark2[i] = 0, 0, 0
-    if allowed[i] or c.overdraft or count_rejected then
-      local s, a, m1, m2 = charge(after[c.key], c)
-      after[c.key] = s
-      added[i], mark1[i], mark2[i] = a, m1, m2
-      if a > 0 then dirty[c.key] = true end
+    if quota_total > 0 and quota_count == quota_total then
+      over = true
+      local all_hard = true
+      for _, h in pairs(quota) do if not h then all_hard = false end end
+      if all_hard then hard = true end
     end
+    if not over then return 0 end
+    if hard then return 2 end
+    return 1
   end
-  local v = verdict(allowed)
-  for key, c in pairs(key_params) do
-    local lands = count_rejected or v == 0 or (v == 1 and c.overdraft)
-    local commit = lands and not dry and dirty[key]
-    if commit then
-      final[key] = after[key]
-      local s = after[key]
-      if s == nil then
-        redis.call('DEL', KEYS[key])
-      else
-        local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
-        redis.call('SET', KEYS[key], encode(s, c), 'PX', ttl_ms)
+  return function()
+    charges = {}
+    for i = 1, n do
+      local b = 4 + (i - 1) * 8
+      local role = ARGV[AO + b + 8]
+      local c = {
+        key = tonumber(ARGV[AO + b + 1]),
+        alg = ARGV[AO + b + 2],
+        limit = tonumber(ARGV[AO + b + 3]),
+        window = tonumber(ARGV[AO + b + 4]),
+        burst = tonumber(ARGV[AO + b + 5]),
+        overdraft = ARGV[AO + b + 6] == '1',
+        cost = tonumber(ARGV[AO + b + 7]),
+        role = string.sub(role, 1, 1),
+        descriptor = string.sub(role, 2),
+      }
+      if c.alg ~= 't' then c.burst = c.limit end
+      if c.alg == 't' then
+        c.q = math.floor(c.window / c.limit)
+        c.r = c.window - c.q * c.limit
       end
-    else
-      final[key] = loaded[key]
+      charges[i] = c
+    end
+
+    -- Per key: its limit (every charge on one key has the same shape), loaded and running state.
+    local key_params, loaded, after = {}, {}, {}
+    for i = 1, n do
+      local c = charges[i]
+      if key_params[c.key] == nil then
+        key_params[c.key] = c
+        loaded[c.key] = load(KEYS[KO + c.key], c)
+      end
+    end
+
+    local allowed, added, mark1, mark2 = {}, {}, {}, {}
+    local final = {}
+
+    if refunding then
+      local b = 4 + n * 8
       for i = 1, n do
-        if charges[i].key == key then added[i], mark1[i], mark2[i] = 0, 0, 0 end
+        local c = charges[i]
+        local e = b + (i - 1) * 5
+        allowed[i] = ARGV[AO + e + 1] == '1'
+        added[i] = tonumber(ARGV[AO + e + 2])
+        mark1[i], mark2[i] = tonumber(ARGV[AO + e + 4]), tonumber(ARGV[AO + e + 5])
+        local undo = tonumber(ARGV[AO + e + 3])
+        if undo > 0 then
+          local s = refund(loaded[c.key], c, undo, mark1[i], mark2[i])
+          loaded[c.key] = s
+          if s == nil then
+            redis.call('DEL', KEYS[KO + c.key])
+          else
+            local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
+            redis.call('SET', KEYS[KO + c.key], encode(s, c), 'PX', ttl_ms)
+          end
+        end
+        if added[i] == 0 then mark1[i], mark2[i] = 0, 0 end
+      end
+      for key, _ in pairs(key_params) do final[key] = loaded[key] end
+    else
+      for key, _ in pairs(key_params) do after[key] = copy(loaded[key]) end
+      local dirty = {}
+      for i = 1, n do
+        local c = charges[i]
+        allowed[i] = fits(after[c.key], c, check_cost(c))
+        added[i], mark1[i], mark2[i] = 0, 0, 0
+        if allowed[i] or c.overdraft or count_rejected then
+          local s, a, m1, m2 = charge(after[c.key], c)
+          after[c.key] = s
+          added[i], mark1[i], mark2[i] = a, m1, m2
+          if a > 0 then dirty[c.key] = true end
+        end
+      end
+      local v = verdict(allowed)
+      for key, c in pairs(key_params) do
+        local lands = count_rejected or v == 0 or (v == 1 and c.overdraft)
+        local commit = lands and not dry and dirty[key]
+        if commit then
+          final[key] = after[key]
+          local s = after[key]
+          if s == nil then
+            redis.call('DEL', KEYS[KO + key])
+          else
+            local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
+            redis.call('SET', KEYS[KO + key], encode(s, c), 'PX', ttl_ms)
+          end
+        else
+          final[key] = loaded[key]
+          for i = 1, n do
+            if charges[i].key == key then added[i], mark1[i], mark2[i] = 0, 0, 0 end
+          end
+        end
       end
     end
+
+    -- What a retry of the request needs on each key: the cost of its charges that did not land.
+    local need = {}
+    for i = 1, n do
+      local c = charges[i]
+      if added[i] == 0 and not c.overdraft then need[c.key] = (need[c.key] or 0) + c.cost end
+    end
+
+    local out = { now }
+    for i = 1, n do
+      local c = charges[i]
+      local s = final[c.key]
+      local wait
+      if allowed[i] then
+        wait = reset_after(s, c)
+      else
+        local k = check_cost(c)
+        if added[i] == 0 and not c.overdraft then k = math.max(k, need[c.key] or 0) end
+        wait = retry_after(s, c, k)
+      end
+      out[#out + 1] = allowed[i] and 1 or 0
+      out[#out + 1] = remaining(s, c)
+      out[#out + 1] = wait
+      out[#out + 1] = added[i]
+      out[#out + 1] = mark1[i]
+      out[#out + 1] = mark2[i]
+    end
+    return out
   end
 end
 
--- What a retry of the request needs on each key: the cost of its charges that did not land.
-local need = {}
-for i = 1, n do
-  local c = charges[i]
-  if added[i] == 0 and not c.overdraft then need[c.key] = (need[c.key] or 0) + c.cost end
-end
+local general
 
-local out = { now }
-for i = 1, n do
-  local c = charges[i]
-  local s = final[c.key]
-  local wait
-  if allowed[i] then
-    wait = reset_after(s, c)
+-- Decides the call whose keys start after KEYS[ko] and arguments after ARGV[ao].
+local function one(ko, ao)
+  KO, AO = ko, ao
+  if ARGV[ao + 1] == '' then
+    if clock == nil then
+      local t = redis.call('TIME')
+      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = clock
   else
-    local k = check_cost(c)
-    if added[i] == 0 and not c.overdraft then k = math.max(k, need[c.key] or 0) end
-    wait = retry_after(s, c, k)
+    now = tonumber(ARGV[ao + 1])
   end
-  out[#out + 1] = allowed[i] and 1 or 0
-  out[#out + 1] = remaining(s, c)
-  out[#out + 1] = wait
-  out[#out + 1] = added[i]
-  out[#out + 1] = mark1[i]
-  out[#out + 1] = mark2[i]
+  mode = tonumber(ARGV[ao + 2])
+  count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
+  quota_total = tonumber(ARGV[ao + 3])
+  n = tonumber(ARGV[ao + 4])
+  local r = fast()
+  if r then return r end
+  if general == nil then general = build() end
+  return general()
 end
-return out
+
+if ARGV[1] ~= 'B' then return one(0, 0) end
+
+local replies, ko, ao = {}, 0, 2
+for i = 1, tonumber(ARGV[2]) do
+  local nk, na = tonumber(ARGV[ao + 1]), tonumber(ARGV[ao + 2])
+  local ok, r = pcall(one, ko, ao + 2)
+  if not ok then
+    -- redis.call raises a table { err = message }; a Lua error raises a string.
+    if type(r) == 'table' then r = r.err end
+    r = tostring(r)
+  end
+  replies[i] = r
+  ko, ao = ko + nk, ao + 2 + na
+end
+return replies

@@ -5,6 +5,9 @@
 //! than a burst; hostile descriptor keys and values neither break cluster routing (CROSSSLOT)
 //! nor make two descriptors share a counter.
 //!
+//! Calls that reach a serving thread together share one `EVALSHA` and stay exact, and a call
+//! Redis cannot run fails alone.
+//!
 //! Every request goes through a real gRPC client to a real server started in-process; time
 //! comes from Redis `TIME`, so bursts are scheduled away from a minute boundary.
 
@@ -20,8 +23,8 @@ use tollgate::settings::Settings;
 use tollgate::store::redis::{ClockSource, RedisStore, KEY_FORMAT};
 use tonic::transport::Channel;
 
-use crate::support::kit::{avoid_window_edge, blocking, redis_cluster, RedisSetup};
-use crate::support::redis::RedisCluster;
+use crate::support::kit::{avoid_window_edge, blocking, redis_cluster, unique_prefix, RedisSetup};
+use crate::support::redis::{RedisCluster, RedisServer};
 use crate::support::server::{
     self as common, descriptor, request, try_call, with_override, TestServer, OK, OVER_LIMIT,
 };
@@ -511,5 +514,70 @@ descriptors:
         .collect();
     assert_eq!(found, expected, "hash tags of the stored keys");
 
+    server.stop().await;
+}
+
+/// `EVALSHA` calls Redis has run so far (`INFO commandstats`).
+fn evalsha_calls(redis: &RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_arrive_together_share_a_script_and_a_failing_call_fails_alone() {
+    let redis = blocking(RedisServer::start);
+    let prefix = unique_prefix();
+    let yaml = "domain: batch\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+    let server = start_on_redis(&redis.url(), &prefix, yaml).await;
+    avoid_minute_boundary(Duration::from_secs(10)).await;
+    let req = |value: &str| request("batch", vec![descriptor(&[("k", value)])]);
+
+    // A counter Redis cannot read as one: its key holds a hash.
+    let mut client = server.client().await;
+    let first = try_call(&mut client, req("bad")).await.expect("first call");
+    assert_eq!(first.overall_code, OK);
+    let keys = redis.cli(&["KEYS", &format!("{prefix}*")]);
+    let bad = keys.lines().next().expect("the counter's key").to_string();
+    redis.cli(&["DEL", &bad]);
+    redis.cli(&["HSET", &bad, "not", "a counter"]);
+
+    // 64 calls at once on one connection: 31 tenants twice each, and the bad counter twice.
+    let before = evalsha_calls(&redis);
+    let mut calls = Vec::new();
+    for i in 0..31 {
+        calls.push((client.clone(), req(&format!("v{i}"))));
+        calls.push((client.clone(), req(&format!("v{i}"))));
+    }
+    calls.push((client.clone(), req("bad")));
+    calls.push((client.clone(), req("bad")));
+    let results = burst(calls).await;
+    let scripts = evalsha_calls(&redis) - before;
+    for (i, r) in results.iter().enumerate() {
+        if i >= 62 {
+            let e = r.as_ref().expect_err("the bad counter's call fails");
+            assert!(e.starts_with("Unavailable"), "{e}");
+        } else {
+            assert_eq!(r.as_ref().map(|r| r.overall_code), Ok(OK), "call {i}");
+        }
+    }
+    assert!(
+        scripts < 64,
+        "64 calls that arrived together took {scripts} EVALSHA calls: none were batched"
+    );
+
+    // Exact: each tenant has 1 of its 3 left.
+    for i in 0..31 {
+        let mut codes = Vec::new();
+        for _ in 0..2 {
+            let r = try_call(&mut client, req(&format!("v{i}"))).await;
+            codes.push(r.expect("call").overall_code);
+        }
+        assert_eq!(codes, [OK, OVER_LIMIT], "tenant v{i}");
+    }
     server.stop().await;
 }

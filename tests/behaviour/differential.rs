@@ -6,7 +6,8 @@
 //! Configs mix every algorithm, `shared`, `hierarchical`, `overdraft`, `quota_mode`,
 //! `shadow_mode`, `replaces` and `unlimited`; requests mix several placement groups (so the
 //! Redis store takes charges back after a denial), costs of 0, small and huge, request-side
-//! overrides, `--count-rejected` and global shadow mode; the clock also steps backwards.
+//! overrides, `--count-rejected` and global shadow mode; the clock also steps backwards. The
+//! requests run as on a serving thread, so a request's groups reach Redis as one batch.
 //!
 //! 256 cases per Redis kind. A failure prints the seed; `TOLLGATE_DIFF_SEED=<seed>` replays it
 //! and `TOLLGATE_DIFF_CASES=<n>` runs more.
@@ -377,6 +378,13 @@ fn differential(kind: StoreKind) {
     // shared); the local over-limit cache is off here: it has tests of its own.
     let clock = ManualClock::new(T0);
     let redis_store = runtime.block_on(store_with(kind, &clock, |s| s.local_cache_size = 0));
+    // The cases run on a current-thread runtime, as on a serving thread: a request's groups
+    // then leave as one batch of script calls (see src/store/redis/batch.rs), so the batch
+    // layout is held to Rust too (a lone group goes as a plain call).
+    let serving = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let case = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&scenario(), |sc| {
         let domain = format!(
@@ -389,7 +397,7 @@ fn differential(kind: StoreKind) {
             global_shadow: sc.global_shadow,
             ..Settings::default()
         };
-        runtime.block_on(async {
+        serving.block_on(async {
             let memory = limiter(
                 &text,
                 settings.clone(),

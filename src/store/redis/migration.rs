@@ -77,14 +77,14 @@ impl Migrations {
 
 /// `ASKING` then `EVALSHA sha keys args` on `node`, as one pipeline: fred writes a pipeline's
 /// commands back to back on the node's connection, so `ASKING` applies to this script.
-pub async fn evalsha_asking(
+pub async fn evalsha_asking<R: FromValue>(
     client: &Client,
     options: &Options,
     node: &Server,
     sha: &str,
     keys: Vec<Key>,
     args: Vec<Value>,
-) -> Result<Vec<i64>, Error> {
+) -> Result<R, Error> {
     let options = Options {
         cluster_node: Some(node.clone()),
         ..options.clone()

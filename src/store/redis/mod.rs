@@ -16,9 +16,10 @@
 //!
 //! Every serving thread (see [`crate::serving`]) gets a client of its own, whose connections'
 //! I/O runs on that thread: a call's script goes out, and its reply comes back, without waking
-//! another thread, and the scripts of calls that arrive together leave in one write (fred
-//! flushes when its queue is empty).
+//! another thread; and the scripts of calls that arrive together leave as one `EVALSHA`
+//! ([`batch`]), since fred writes every `EVALSHA` out on its own.
 
+mod batch;
 mod health;
 mod local_cache;
 mod migration;
@@ -35,6 +36,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::config::{ClusterDiscoveryPolicy, Config, Options, ReconnectPolicy};
+use fred::util::redis_keyslot;
 use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -105,8 +107,10 @@ struct Inner {
     recipe: Recipe,
     /// The serving threads' clients (upkeep probes and re-syncs them too).
     thread_clients: Mutex<Vec<Client>>,
-    /// Tells this store's clients apart in a thread's [`THREAD_CLIENTS`].
+    /// Tells this store's clients (and script batches) apart on a thread.
     id: u64,
+    /// A Redis Cluster: script batches are per slot.
+    clustered: bool,
     script: Script,
     opts: RedisOptions,
     /// `key_prefix` + [`KEY_FORMAT`].
@@ -293,6 +297,7 @@ impl RedisStore {
                 .map_err(|e| format!("redis cluster discovery: {e}"))?;
         }
         let host = url::first_host(&opts.url);
+        let clustered = config.server.is_clustered();
         // fred's default `fail_fast` gives up on the first connection attempt and never
         // reconnects when Redis was down at start; commands fail fast per call instead.
         config.fail_fast = false;
@@ -340,6 +345,7 @@ impl RedisStore {
                 recipe,
                 thread_clients: Mutex::new(Vec::new()),
                 id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+                clustered,
                 opts,
                 ready: AtomicBool::new(false),
                 ticks: AtomicU64::new(0),
@@ -386,9 +392,79 @@ impl Inner {
         }
     }
 
+    /// One script call: batched with the calls that arrive with it on a serving thread
+    /// ([`batch`]), else on its own.
+    async fn script_call(
+        self: &Arc<Self>,
+        retry_until: Instant,
+        request: impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> Result<Vec<i64>, StoreError> {
+        if !batch::here() {
+            let (client, options) = (self.client(), self.call_options());
+            // Boxed: this rare path would otherwise size every call's future.
+            let call = eval(
+                &client,
+                &options,
+                &self.script,
+                &self.migrations,
+                retry_until,
+                request,
+            );
+            return Box::pin(call).await;
+        }
+        let (keys, args) = request();
+        let slot = match keys.first() {
+            Some(k) if self.clustered => redis_keyslot(k.as_bytes()),
+            _ => 0,
+        };
+        let (reply, opened) = batch::join(self.id, slot, keys, args, retry_until);
+        if let Some(opened) = opened {
+            let inner = self.clone();
+            tokio::spawn(async move { inner.send_batch(opened).await });
+        }
+        reply
+            .await
+            .unwrap_or_else(|_| Err(StoreError("redis batch task failed".into())))
+    }
+
+    /// Sends a batch of script calls (see [`batch`]) once the calls ready on this thread
+    /// have joined it.
+    async fn send_batch(&self, batch: batch::Batch) {
+        let mut calls = batch::take(&batch);
+        let (client, options) = (self.client(), self.call_options());
+        if calls.len() == 1 {
+            let call = calls.pop().expect("one call");
+            let reply = eval(
+                &client,
+                &options,
+                &self.script,
+                &self.migrations,
+                call.retry_until,
+                || (call.keys.clone(), call.args.clone()),
+            )
+            .await;
+            call.answer(reply);
+            return;
+        }
+        // Retried while any of its calls may be: a call past its own deadline has already
+        // been answered by the failure policy, and takes back whatever this lands.
+        let retry_until = calls.iter().map(|c| c.retry_until).max().expect("calls");
+        let (keys, args) = batch::combine(&calls);
+        let reply = eval(
+            &client,
+            &options,
+            &self.script,
+            &self.migrations,
+            retry_until,
+            || (keys.clone(), args.clone()),
+        )
+        .await;
+        batch::answer(calls, reply);
+    }
+
     /// Runs one group's script.
     async fn run(
-        &self,
+        self: &Arc<Self>,
         call: &Call<'_>,
         gi: usize,
         mode: Mode,
@@ -407,15 +483,11 @@ impl Inner {
             ],
         );
         let started = std::time::Instant::now();
-        let reply = eval(
-            &self.client(),
-            &self.call_options(),
-            &self.script,
-            &self.migrations,
-            call.retry_until,
-            || args(g, &call.placed.specs, &call.now, mode, quota, undo),
-        )
-        .await;
+        let reply = self
+            .script_call(call.retry_until, || {
+                args(g, &call.placed.specs, &call.now, mode, quota, undo)
+            })
+            .await;
         let op = if mode == Mode::TakeBack {
             self.opts.metrics.refunds.inc();
             StoreOp::TakeBack
@@ -443,7 +515,7 @@ impl Inner {
     /// Decides the request by the protocol. On an error, takes back what landed and reports
     /// the error.
     async fn decide(
-        &self,
+        self: &Arc<Self>,
         placed: &Placed<'static>,
         mode: ApplyMode,
         dry_first: bool,
@@ -479,8 +551,15 @@ impl Inner {
                 Next::TakeBack(undos) => (Vec::new(), undos),
                 Next::Done => break,
             };
-            let replies = if undos.is_empty() {
-                join_all(runs.iter().map(|&(gi, m)| self.run(&call, gi, m, &[]))).await
+            let replies = if let [(gi, m)] = runs[..] {
+                // One group (the common case): no join, which would move its future.
+                vec![self.run(&call, gi, m, &[]).await]
+            } else if undos.is_empty() {
+                join_all(
+                    runs.iter()
+                        .map(|&(gi, m)| Box::pin(self.run(&call, gi, m, &[]))),
+                )
+                .await
             } else {
                 join_all(undos.iter().map(|(gi, undo)| {
                     let now = group_now[*gi];
@@ -529,7 +608,11 @@ impl Inner {
     /// Takes back `leftovers` (per group, concurrently), ignoring the answers. A failure only
     /// logs: those charges then stay until their window passes (under-admitting, never
     /// over-admitting).
-    async fn take_back(&self, placed: &Placed<'static>, leftovers: Vec<(usize, Vec<Undo>, i64)>) {
+    async fn take_back(
+        self: &Arc<Self>,
+        placed: &Placed<'static>,
+        leftovers: Vec<(usize, Vec<Undo>, i64)>,
+    ) {
         let calls = leftovers.into_iter().map(|(gi, undo, now)| async move {
             let call = Call {
                 placed,

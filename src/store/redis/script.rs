@@ -38,14 +38,14 @@ impl Script {
 /// `EVALSHA`, loading the script on every primary and retrying once on NOSCRIPT; retries
 /// TRYAGAIN / CLUSTERDOWN (resharding, failover) until `retry_until`, and follows a slot that
 /// is migrating to the node importing it ([`migration`]).
-pub async fn eval(
+pub async fn eval<R: FromValue>(
     client: &Client,
     options: &Options,
     script: &Script,
     migrations: &Migrations,
     retry_until: Instant,
     request: impl Fn() -> (Vec<Key>, Vec<Value>),
-) -> Result<Vec<i64>, StoreError> {
+) -> Result<R, StoreError> {
     let mut loaded = false;
     // Where the slot is being imported, once its owner has redirected us.
     let mut asking: Option<(u16, Server)> = None;
@@ -54,7 +54,7 @@ pub async fn eval(
         // Built per attempt: a retry is rare, and the first attempt moves its buffers.
         let (keys, args) = request();
         let slot = keys.first().map_or(0, |k| redis_keyslot(k.as_bytes()));
-        let res: Result<Vec<i64>, Error> = match &asking {
+        let res: Result<R, Error> = match &asking {
             None => {
                 client
                     .with_options(options)

@@ -1,0 +1,249 @@
+//! Many calls' scripts in one `EVALSHA`.
+//!
+//! fred flushes the socket after every `EVALSHA` (it never holds a script back for the next
+//! command), so scripts sent one by one cost a write system call each, and Redis a read and a
+//! command each. On a serving thread (a current-thread runtime, see [`crate::serving`]) a
+//! call's script instead joins the thread's open batch for its slot. The batch's first call
+//! spawns the task that sends it, so the batch leaves once every task that was ready on the
+//! thread has run: the calls that arrived together leave together, and a lone call waits for
+//! nothing. `lua/tollgate.lua` decides each call of a batch on its own (a call that fails does
+//! not fail the others) and answers each, so a batch changes what Redis does per call, never
+//! what it decides. A batch of one is sent as a plain call.
+//!
+//! A batch is sent by [`super::script::eval`] like any call: its keys share one slot (one
+//! batch per slot on a cluster), so NOSCRIPT, TRYAGAIN and redirects are handled for the
+//! batch as a whole, and a redirect means none of it ran.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use fred::prelude::*;
+use parking_lot::Mutex;
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::store::StoreError;
+
+/// A batch leaves once it holds this many calls, without waiting for its task.
+const MAX_CALLS: usize = 64;
+
+/// One call: its keys and arguments, where its reply goes, and how long it may be retried.
+pub struct Call {
+    pub keys: Vec<Key>,
+    pub args: Vec<Value>,
+    pub retry_until: Instant,
+    reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
+}
+
+impl Call {
+    /// Hands this call its reply (the caller may have gone: then nobody hears it).
+    pub fn answer(self, reply: Result<Vec<i64>, StoreError>) {
+        let _ = self.reply.send(reply);
+    }
+}
+
+/// The calls of one batch, taken by its task when it sends them.
+pub type Batch = Arc<Mutex<Vec<Call>>>;
+
+thread_local! {
+    /// This thread's open batches: per store id and slot.
+    static OPEN: RefCell<Vec<(u64, u16, Batch)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether calls on this thread are batched: only on a current-thread runtime, where a
+/// batch's task runs on the thread that filled it.
+pub fn here() -> bool {
+    Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread)
+}
+
+/// Adds a call to this thread's open batch for `store` and `slot`. Returns where its reply
+/// comes, and the batch if the call opened it: the caller then spawns the task that sends it
+/// (which starts with [`take`]).
+pub fn join(
+    store: u64,
+    slot: u16,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    retry_until: Instant,
+) -> (
+    oneshot::Receiver<Result<Vec<i64>, StoreError>>,
+    Option<Batch>,
+) {
+    let (tx, rx) = oneshot::channel();
+    let call = Call {
+        keys,
+        args,
+        retry_until,
+        reply: tx,
+    };
+    let opened = OPEN.with_borrow_mut(|open| {
+        if let Some(i) = open.iter().position(|(s, k, _)| *s == store && *k == slot) {
+            let mut calls = open[i].2.lock();
+            calls.push(call);
+            if calls.len() >= MAX_CALLS {
+                // Full: it leaves when its task runs; the next call opens another.
+                drop(calls);
+                open.swap_remove(i);
+            }
+            None
+        } else {
+            let batch: Batch = Arc::new(Mutex::new(vec![call]));
+            open.push((store, slot, batch.clone()));
+            Some(batch)
+        }
+    });
+    (rx, opened)
+}
+
+/// Closes `batch` (a later call opens a new one) and takes its calls.
+pub fn take(batch: &Batch) -> Vec<Call> {
+    OPEN.with_borrow_mut(|open| open.retain(|(_, _, b)| !Arc::ptr_eq(b, batch)));
+    std::mem::take(&mut *batch.lock())
+}
+
+/// KEYS and ARGV of a batch of calls: `"B"`, the number of calls, then per call its number
+/// of keys, its number of arguments and its arguments; every call's keys in order.
+pub fn combine(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
+    let nkeys = calls.iter().map(|c| c.keys.len()).sum();
+    let nargs = 2 + calls.iter().map(|c| 2 + c.args.len()).sum::<usize>();
+    let mut keys = Vec::with_capacity(nkeys);
+    let mut args = Vec::with_capacity(nargs);
+    args.push(Value::from_static_str("B"));
+    args.push(Value::Integer(calls.len() as i64));
+    for c in calls {
+        keys.extend(c.keys.iter().cloned());
+        args.push(Value::Integer(c.keys.len() as i64));
+        args.push(Value::Integer(c.args.len() as i64));
+        args.extend(c.args.iter().cloned());
+    }
+    (keys, args)
+}
+
+/// Hands each call its part of a batch's reply: one reply per call, each the call's integers
+/// or a string saying why that call failed.
+pub fn answer(calls: Vec<Call>, reply: Result<Vec<Value>, StoreError>) {
+    let replies = match reply {
+        Ok(r) if r.len() == calls.len() => r,
+        Ok(r) => {
+            let e = StoreError(format!(
+                "unexpected batch reply: {} replies for {} calls",
+                r.len(),
+                calls.len()
+            ));
+            calls.into_iter().for_each(|c| c.answer(Err(e.clone())));
+            return;
+        }
+        Err(e) => {
+            calls.into_iter().for_each(|c| c.answer(Err(e.clone())));
+            return;
+        }
+    };
+    for (call, reply) in calls.into_iter().zip(replies) {
+        call.answer(one(reply));
+    }
+}
+
+/// One call's reply within a batch's.
+fn one(reply: Value) -> Result<Vec<i64>, StoreError> {
+    match reply {
+        Value::Array(values) => values
+            .into_iter()
+            .map(|v| {
+                v.as_i64()
+                    .ok_or_else(|| StoreError(format!("unexpected script reply value {v:?}")))
+            })
+            .collect(),
+        Value::String(why) => Err(StoreError(format!("redis: {why}"))),
+        other => Err(StoreError(format!("unexpected script reply {other:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(
+        keys: &[&str],
+        args: &[i64],
+    ) -> (Call, oneshot::Receiver<Result<Vec<i64>, StoreError>>) {
+        let (tx, rx) = oneshot::channel();
+        let call = Call {
+            keys: keys.iter().map(|k| Key::from(*k)).collect(),
+            args: args.iter().map(|&a| Value::Integer(a)).collect(),
+            retry_until: Instant::now(),
+            reply: tx,
+        };
+        (call, rx)
+    }
+
+    #[test]
+    fn a_batch_lays_out_every_call_with_its_counts() {
+        let (a, _ra) = call(&["k1"], &[7, 8]);
+        let (b, _rb) = call(&["k2", "k3"], &[9]);
+        let (keys, args) = combine(&[a, b]);
+        let keys: Vec<&str> = keys.iter().map(|k| k.as_str().unwrap()).collect();
+        assert_eq!(keys, ["k1", "k2", "k3"]);
+        let args: Vec<String> = args.iter().map(|v| v.as_string().unwrap()).collect();
+        assert_eq!(args, ["B", "2", "1", "2", "7", "8", "2", "1", "9"]);
+    }
+
+    #[test]
+    fn each_call_gets_its_own_reply_and_a_failed_call_fails_alone() {
+        let (a, mut ra) = call(&["k1"], &[]);
+        let (b, mut rb) = call(&["k2"], &[]);
+        let (c, mut rc) = call(&["k3"], &[]);
+        let replies = vec![
+            Value::Array(vec![Value::Integer(1), Value::Integer(2)]),
+            Value::from("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            Value::Array(vec![Value::Integer(3)]),
+        ];
+        answer(vec![a, b, c], Ok(replies));
+        assert_eq!(ra.try_recv().unwrap(), Ok(vec![1, 2]));
+        let e = rb.try_recv().unwrap().unwrap_err();
+        assert!(e.0.contains("WRONGTYPE"), "{e}");
+        assert_eq!(rc.try_recv().unwrap(), Ok(vec![3]));
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_length_fails_every_call() {
+        let (a, mut ra) = call(&["k1"], &[]);
+        let (b, mut rb) = call(&["k2"], &[]);
+        answer(vec![a, b], Ok(vec![Value::Array(vec![])]));
+        assert!(ra.try_recv().unwrap().is_err());
+        assert!(rb.try_recv().unwrap().is_err());
+    }
+
+    #[test]
+    fn calls_on_one_thread_share_a_batch_per_store_and_slot() {
+        let until = Instant::now();
+        let (_r1, first) = join(1, 5, vec![], vec![], until);
+        let (_r2, second) = join(1, 5, vec![], vec![], until);
+        let (_r3, other_slot) = join(1, 6, vec![], vec![], until);
+        let batch = first.expect("the first call opens the batch");
+        assert!(second.is_none());
+        let other = other_slot.expect("another slot opens its own");
+        assert_eq!(take(&batch).len(), 2);
+        let (_r4, reopened) = join(1, 5, vec![], vec![], until);
+        assert!(reopened.is_some(), "a taken batch is closed");
+        assert_eq!(take(&other).len(), 1);
+        take(&reopened.unwrap());
+    }
+
+    #[test]
+    fn a_full_batch_closes() {
+        let until = Instant::now();
+        let mut receivers = Vec::new();
+        let (r, first) = join(2, 0, vec![], vec![], until);
+        receivers.push(r);
+        for _ in 1..MAX_CALLS {
+            let (r, opened) = join(2, 0, vec![], vec![], until);
+            assert!(opened.is_none());
+            receivers.push(r);
+        }
+        let (_r, next) = join(2, 0, vec![], vec![], until);
+        assert!(next.is_some(), "the next call opens a new batch");
+        assert_eq!(take(&first.unwrap()).len(), MAX_CALLS);
+        take(&next.unwrap());
+    }
+}
