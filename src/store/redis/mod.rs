@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use self::local_cache::{LocalCache, Lookup};
 use self::migration::Migrations;
-use self::script::{args, eval, parse_reply, Script};
+use self::script::{args, eval, parse_reply, EvalError, Script};
 use super::placement::{place, Placed};
 use super::protocol::{Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
@@ -410,7 +410,7 @@ impl Inner {
                 retry_until,
                 request,
             );
-            return Box::pin(call).await;
+            return Ok(Box::pin(call).await?);
         }
         let (keys, args) = request();
         let slot = match keys.first() {
@@ -443,23 +443,44 @@ impl Inner {
                 || (call.keys.clone(), call.args.clone()),
             )
             .await;
-            call.answer(reply);
+            call.answer(reply.map_err(StoreError::from));
             return;
         }
-        // Retried while any of its calls may be: a call past its own deadline has already
-        // been answered by the failure policy, and takes back whatever this lands.
-        let retry_until = calls.iter().map(|c| c.retry_until).max().expect("calls");
+        // Tried once (NOSCRIPT aside): on a cluster, a slot being migrated refuses a script
+        // whose keys are only partly moved (TRYAGAIN), which a batch, with more keys, meets
+        // more often than its calls would. Refused, nothing of it ran: its calls are then sent
+        // on their own, each retried and redirected as usual.
         let (keys, args) = batch::combine(&calls);
         let reply = eval(
             &client,
             &options,
             &self.script,
             &self.migrations,
-            retry_until,
+            Instant::now(),
             || (keys.clone(), args.clone()),
         )
         .await;
-        batch::answer(calls, reply);
+        match reply {
+            Err(EvalError::NotRun(_)) => {
+                let alone = calls.into_iter().map(|call| {
+                    let (client, options) = (&client, &options);
+                    async move {
+                        let reply = eval(
+                            client,
+                            options,
+                            &self.script,
+                            &self.migrations,
+                            call.retry_until,
+                            || (call.keys.clone(), call.args.clone()),
+                        )
+                        .await;
+                        call.answer(reply.map_err(StoreError::from));
+                    }
+                });
+                join_all(alone).await;
+            }
+            reply => batch::answer(calls, reply.map_err(StoreError::from)),
+        }
     }
 
     /// Runs one group's script.

@@ -35,6 +35,24 @@ impl Script {
     }
 }
 
+/// Why a script call failed.
+#[derive(Debug)]
+pub enum EvalError {
+    /// Redis refused it before running it (TRYAGAIN, CLUSTERDOWN, a redirect) and the call's
+    /// time to retry is up: nothing of it ran.
+    NotRun(StoreError),
+    /// Anything else: it may have run.
+    Failed(StoreError),
+}
+
+impl From<EvalError> for StoreError {
+    fn from(e: EvalError) -> StoreError {
+        match e {
+            EvalError::NotRun(e) | EvalError::Failed(e) => e,
+        }
+    }
+}
+
 /// `EVALSHA`, loading the script on every primary and retrying once on NOSCRIPT; retries
 /// TRYAGAIN / CLUSTERDOWN (resharding, failover) until `retry_until`, and follows a slot that
 /// is migrating to the node importing it ([`migration`]).
@@ -45,7 +63,7 @@ pub async fn eval<R: FromValue>(
     migrations: &Migrations,
     retry_until: Instant,
     request: impl Fn() -> (Vec<Key>, Vec<Value>),
-) -> Result<R, StoreError> {
+) -> Result<R, EvalError> {
     let mut loaded = false;
     // Where the slot is being imported, once its owner has redirected us.
     let mut asking: Option<(u16, Server)> = None;
@@ -79,7 +97,9 @@ pub async fn eval<R: FromValue>(
                     }
                     None => client.script_load_cluster::<(), _>(script.lua).await,
                 };
-                load.map_err(|e| StoreError(format!("script load failed: {e}")))?;
+                load.map_err(|e| {
+                    EvalError::Failed(StoreError(format!("script load failed: {e}")))
+                })?;
             }
             Err(e)
                 if (e.details().starts_with("TRYAGAIN")
@@ -105,7 +125,17 @@ pub async fn eval<R: FromValue>(
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
             }
-            Err(e) => return Err(StoreError(format!("redis: {e}"))),
+            Err(e) => {
+                let not_run = e.details().starts_with("TRYAGAIN")
+                    || e.details().starts_with("CLUSTERDOWN")
+                    || migration::redirected(&e);
+                let e = StoreError(format!("redis: {e}"));
+                return Err(if not_run {
+                    EvalError::NotRun(e)
+                } else {
+                    EvalError::Failed(e)
+                });
+            }
         }
     }
 }
