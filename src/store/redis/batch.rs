@@ -4,7 +4,7 @@
 //! command), so scripts sent one by one cost a write system call each, and Redis a read and a
 //! command each. On a serving thread (a current-thread runtime, see [`crate::serving`]) a
 //! call's script instead joins the thread's open batch for its slot. The batch's first call
-//! spawns the task that sends it, so the batch leaves once every task that was ready on the
+//! yields once and then sends it, so the batch leaves once every task that was ready on the
 //! thread has run: the calls that arrived together leave together, and a lone call waits for
 //! nothing. `lua/tollgate.lua` decides each call of a batch on its own (a call that fails does
 //! not fail the others) and answers each, so a batch changes what Redis does per call, never
@@ -25,7 +25,7 @@ use tokio::time::Instant;
 
 use crate::store::StoreError;
 
-/// A batch leaves once it holds this many calls, without waiting for its task.
+/// A batch is closed to more calls once it holds this many.
 const MAX_CALLS: usize = 64;
 
 /// One call: its keys and arguments, where its reply goes, and how long it may be retried.
@@ -43,7 +43,7 @@ impl Call {
     }
 }
 
-/// The calls of one batch, taken by its task when it sends them.
+/// The calls of one batch, taken by its first call when it sends them.
 pub type Batch = Arc<Mutex<Vec<Call>>>;
 
 thread_local! {
@@ -51,15 +51,16 @@ thread_local! {
     static OPEN: RefCell<Vec<(u64, u16, Batch)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Whether calls on this thread are batched: only on a current-thread runtime, where a
-/// batch's task runs on the thread that filled it.
+/// Whether calls on this thread are batched: only on a current-thread runtime, where the call
+/// that opened a batch resumes, and takes it, on the thread whose open batches list it (on a
+/// work-stealing runtime it could resume elsewhere while calls still join it here).
 pub fn here() -> bool {
     Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread)
 }
 
 /// Adds a call to this thread's open batch for `store` and `slot`. Returns where its reply
-/// comes, and the batch if the call opened it: the caller then spawns the task that sends it
-/// (which starts with [`take`]).
+/// comes, and the batch if the call opened it: the caller then sends it, after letting the
+/// other ready tasks run (sending starts with [`take`]).
 pub fn join(
     store: u64,
     slot: u16,
@@ -82,7 +83,7 @@ pub fn join(
             let mut calls = open[i].2.lock();
             calls.push(call);
             if calls.len() >= MAX_CALLS {
-                // Full: it leaves when its task runs; the next call opens another.
+                // Full: it leaves when its first call sends it; the next call opens another.
                 drop(calls);
                 open.swap_remove(i);
             }

@@ -319,7 +319,10 @@ impl RedisStore {
             config,
             perf,
             conn,
-            policy: ReconnectPolicy::new_exponential(0, 50, 1_000, 2),
+            // Backoff capped at 200 ms: every serving thread's client reconnects on its own,
+            // and with a 1 s cap one could sit out most of a second after a failover that the
+            // others had already followed (seen as calls failing after decisions resumed).
+            policy: ReconnectPolicy::new_exponential(0, 50, 200, 2),
         };
         let client = recipe.client();
         client.connect();
@@ -419,8 +422,11 @@ impl Inner {
         };
         let (reply, opened) = batch::join(self.id, slot, keys, args, retry_until);
         if let Some(opened) = opened {
-            let inner = self.clone();
-            tokio::spawn(async move { inner.send_batch(opened).await });
+            // This call sends the batch it opened, once every task ready on this thread has
+            // run (and could join). A call is never cancelled halfway: it runs in a decision's
+            // own task (see `apply`). Boxed: the rare retry paths would size every call.
+            tokio::task::yield_now().await;
+            Box::pin(self.send_batch(opened)).await;
         }
         reply
             .await
