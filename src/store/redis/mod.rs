@@ -440,17 +440,7 @@ impl Inner {
         let (client, options) = (self.client(), self.call_options());
         if calls.len() == 1 {
             let call = calls.pop().expect("one call");
-            let reply = eval(
-                &client,
-                &options,
-                &self.script,
-                &self.migrations,
-                call.retry_until,
-                || (call.keys.clone(), call.args.clone()),
-            )
-            .await;
-            call.answer(reply.map_err(StoreError::from));
-            return;
+            return self.send_alone(&client, &options, call).await;
         }
         // Tried once (NOSCRIPT aside): on a cluster, a slot being migrated refuses a script
         // whose keys are only partly moved (TRYAGAIN), which a batch, with more keys, meets
@@ -468,25 +458,27 @@ impl Inner {
         .await;
         match reply {
             Err(EvalError::NotRun(_)) => {
-                let alone = calls.into_iter().map(|call| {
-                    let (client, options) = (&client, &options);
-                    async move {
-                        let reply = eval(
-                            client,
-                            options,
-                            &self.script,
-                            &self.migrations,
-                            call.retry_until,
-                            || (call.keys.clone(), call.args.clone()),
-                        )
-                        .await;
-                        call.answer(reply.map_err(StoreError::from));
-                    }
-                });
+                let alone = calls
+                    .into_iter()
+                    .map(|call| self.send_alone(&client, &options, call));
                 join_all(alone).await;
             }
             reply => batch::answer(calls, reply.map_err(StoreError::from)),
         }
+    }
+
+    /// Sends one call of a batch as a plain call, retried until its own deadline.
+    async fn send_alone(&self, client: &Client, options: &Options, call: batch::Call) {
+        let reply = eval(
+            client,
+            options,
+            &self.script,
+            &self.migrations,
+            call.retry_until,
+            || (call.keys.clone(), call.args.clone()),
+        )
+        .await;
+        call.answer(reply.map_err(StoreError::from));
     }
 
     /// Runs one group's script.
