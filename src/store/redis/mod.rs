@@ -398,7 +398,7 @@ impl Inner {
     /// One script call: batched with the calls that arrive with it on a serving thread
     /// ([`batch`]), else on its own.
     async fn script_call(
-        self: &Arc<Self>,
+        &self,
         retry_until: Instant,
         request: impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<Vec<i64>, StoreError> {
@@ -430,7 +430,7 @@ impl Inner {
         }
         reply
             .await
-            .unwrap_or_else(|_| Err(StoreError("redis batch task failed".into())))
+            .unwrap_or_else(|_| Err(StoreError("redis batch dropped before it was sent".into())))
     }
 
     /// Sends a batch of script calls (see [`batch`]) once the calls ready on this thread
@@ -483,7 +483,7 @@ impl Inner {
 
     /// Runs one group's script.
     async fn run(
-        self: &Arc<Self>,
+        &self,
         call: &Call<'_>,
         gi: usize,
         mode: Mode,
@@ -534,7 +534,7 @@ impl Inner {
     /// Decides the request by the protocol. On an error, takes back what landed and reports
     /// the error.
     async fn decide(
-        self: &Arc<Self>,
+        &self,
         placed: &Placed<'static>,
         mode: ApplyMode,
         dry_first: bool,
@@ -627,11 +627,7 @@ impl Inner {
     /// Takes back `leftovers` (per group, concurrently), ignoring the answers. A failure only
     /// logs: those charges then stay until their window passes (under-admitting, never
     /// over-admitting).
-    async fn take_back(
-        self: &Arc<Self>,
-        placed: &Placed<'static>,
-        leftovers: Vec<(usize, Vec<Undo>, i64)>,
-    ) {
+    async fn take_back(&self, placed: &Placed<'static>, leftovers: Vec<(usize, Vec<Undo>, i64)>) {
         let calls = leftovers.into_iter().map(|(gi, undo, now)| async move {
             let call = Call {
                 placed,
