@@ -8,18 +8,22 @@
 --
 -- KEYS: the group's distinct counter keys (one hash tag, so one slot).
 -- ARGV[1]  now in µs, or "" to use Redis TIME (so replicas with skewed clocks agree)
--- ARGV[2]  mode: 0 decide; 1 count rejected (every charge lands, as envoyproxy/ratelimit);
---          2 dry run (answer, write nothing); 3 refund (undo landed charges, then answer)
--- ARGV[3]  quota descriptors in the whole request
--- ARGV[4]  n, the number of charges; then 8 values per charge:
---          key index (1-based into KEYS), algorithm (f|s|t), limit, window_us, burst,
---          overdraft (0|1), cost, role (e = enforced, s = shadow, q<descriptor> = quota)
+-- ARGV[2]  every other number, packed as little-endian doubles (struct '<d'; each an integer
+--          below 2^53, so exact), which spares Redis an argument string per number and the
+--          script a tonumber each:
+--          mode: 0 decide; 1 count rejected (every charge lands, as envoyproxy/ratelimit);
+--            2 dry run (answer, write nothing); 3 refund (undo landed charges, then answer);
+--          quota descriptors in the whole request; n, the number of charges; then 8 per charge:
+--          key index (1-based into KEYS), algorithm (0 fixed window, 1 sliding window, 2 token
+--          bucket), limit, window_us, burst, overdraft (0|1), cost, role (0 enforced, 1 shadow,
+--          2 + d quota of request descriptor d).
 --          In refund mode 5 more per charge, after all of those: allowed (0|1, as decided),
 --          kept (units that stay landed), undo (units to take back), mark1, mark2.
 --
--- Returns { now, then 6 integers per charge: allowed (0|1), remaining, wait_us (-1 = never),
--- added (units this request left in the counter), mark1, mark2 (where a refund finds them:
--- fixed window end | sliding granule | token bucket born, seq) }.
+-- Returns "=" then, packed the same way, now and 6 numbers per charge: allowed (0|1),
+-- remaining, wait_us (-1 = never), added (units this request left in the counter), mark1,
+-- mark2 (where a refund finds them: fixed window end | sliding granule | token bucket born,
+-- seq).
 --
 -- State per key (struct-packed doubles): fixed window <count, end>; sliding window
 -- <time, cost>* (oldest first); token bucket <us, frac, born, seq, dropped> then
@@ -28,13 +32,15 @@
 -- A batch (many requests' calls in one EVALSHA, each decided on its own as above):
 -- ARGV[1] "B", ARGV[2] the number of calls, then per call: its number of keys, its number of
 -- arguments, then its arguments (laid out as above); KEYS holds every call's keys, call by
--- call. Returns one reply per call: the table above, or a string saying why that call failed
+-- call. Returns one reply per call: the string above, or one saying why that call failed
 -- (a failed call does not stop the others; what it wrote before failing stays, as for a
 -- single call).
 
--- The call being decided: its offsets into KEYS and ARGV, and its arguments.
-local KO, AO = 0, 0
+-- The call being decided: its offset into KEYS, its packed numbers, and its arguments.
+local KO, P = 0, ''
 local now, mode, count_rejected, dry, refunding, quota_total, n, charges
+-- Where the first charge starts in P (after mode, quota descriptors and n), and each's size.
+local FIRST, CHARGE, UNDO = 25, 64, 40
 -- Redis TIME, read once per script run.
 local clock
 
@@ -48,13 +54,10 @@ local TTL_SLACK_MS = 1000
 -- what the general code below answers for it, without its tables; the differential test
 -- holds the two (and Rust) to the same answers and state.
 local function fast()
-  if n ~= 1 or mode ~= 0 or ARGV[AO + 6] ~= 'f' or ARGV[AO + 10] ~= '0'
-    or ARGV[AO + 12] ~= 'e' then
-    return nil
-  end
-  local key = KEYS[KO + tonumber(ARGV[AO + 5])]
-  local limit, window = tonumber(ARGV[AO + 7]), tonumber(ARGV[AO + 8])
-  local cost = tonumber(ARGV[AO + 11])
+  if n ~= 1 or mode ~= 0 then return nil end
+  local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
+  if alg ~= 0 or overdraft ~= 0 or role ~= 0 then return nil end
+  local key = KEYS[KO + ki]
   local count, stop = 0, nil
   local raw = redis.call('GET', key)
   if raw then
@@ -66,19 +69,19 @@ local function fast()
     if cost == 0 then
       local wait = window - (now % window)
       if stop then wait = stop - now end
-      return { now, 1, limit - count, wait, 0, 0, 0 }
+      return '=' .. struct.pack('<ddddddd', now, 1, limit - count, wait, 0, 0, 0)
     end
     if stop == nil then stop = now - (now % window) + window end
     count = count + cost
     local ttl_ms = math.max(math.ceil((stop - now) / 1000), 0) + TTL_SLACK_MS
     redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms)
-    return { now, 1, limit - count, stop - now, cost, stop, 0 }
+    return '=' .. struct.pack('<ddddddd', now, 1, limit - count, stop - now, cost, stop, 0)
   end
   -- Denied: nothing lands. A cost over the limit can never fit; otherwise (then the window
   -- holds charges) it fits once the window ends.
   local wait = -1
   if k <= limit then wait = stop - now end
-  return { now, 0, math.max(limit - count, 0), wait, 0, 0, 0 }
+  return '=' .. struct.pack('<ddddddd', now, 0, math.max(limit - count, 0), wait, 0, 0, 0)
 end
 
 -- Everything else: closures over the call state, made on the first call that needs them.
@@ -425,21 +428,23 @@ local function build()
     if hard then return 2 end
     return 1
   end
+  local ALGORITHMS = { [0] = 'f', [1] = 's', [2] = 't' }
+  local ROLES = { [0] = 'e', [1] = 's' }
   return function()
     charges = {}
     for i = 1, n do
-      local b = 4 + (i - 1) * 8
-      local role = ARGV[AO + b + 8]
+      local key, alg, limit, window, burst, overdraft, cost, role =
+        struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
       local c = {
-        key = tonumber(ARGV[AO + b + 1]),
-        alg = ARGV[AO + b + 2],
-        limit = tonumber(ARGV[AO + b + 3]),
-        window = tonumber(ARGV[AO + b + 4]),
-        burst = tonumber(ARGV[AO + b + 5]),
-        overdraft = ARGV[AO + b + 6] == '1',
-        cost = tonumber(ARGV[AO + b + 7]),
-        role = string.sub(role, 1, 1),
-        descriptor = string.sub(role, 2),
+        key = key,
+        alg = ALGORITHMS[alg],
+        limit = limit,
+        window = window,
+        burst = burst,
+        overdraft = overdraft == 1,
+        cost = cost,
+        role = ROLES[role] or 'q',
+        descriptor = role - 2,
       }
       if c.alg ~= 't' then c.burst = c.limit end
       if c.alg == 't' then
@@ -463,14 +468,13 @@ local function build()
     local final = {}
 
     if refunding then
-      local b = 4 + n * 8
+      local b = FIRST + n * CHARGE
       for i = 1, n do
         local c = charges[i]
-        local e = b + (i - 1) * 5
-        allowed[i] = ARGV[AO + e + 1] == '1'
-        added[i] = tonumber(ARGV[AO + e + 2])
-        mark1[i], mark2[i] = tonumber(ARGV[AO + e + 4]), tonumber(ARGV[AO + e + 5])
-        local undo = tonumber(ARGV[AO + e + 3])
+        local was_allowed, undo
+        was_allowed, added[i], undo, mark1[i], mark2[i] =
+          struct.unpack('<ddddd', P, b + (i - 1) * UNDO)
+        allowed[i] = was_allowed == 1
         if undo > 0 then
           local s = refund(loaded[c.key], c, undo, mark1[i], mark2[i])
           loaded[c.key] = s
@@ -527,7 +531,7 @@ local function build()
       if added[i] == 0 and not c.overdraft then need[c.key] = (need[c.key] or 0) + c.cost end
     end
 
-    local out = { now }
+    local out = { '=', struct.pack('<d', now) }
     for i = 1, n do
       local c = charges[i]
       local s = final[c.key]
@@ -539,14 +543,10 @@ local function build()
         if added[i] == 0 and not c.overdraft then k = math.max(k, need[c.key] or 0) end
         wait = retry_after(s, c, k)
       end
-      out[#out + 1] = allowed[i] and 1 or 0
-      out[#out + 1] = remaining(s, c)
-      out[#out + 1] = wait
-      out[#out + 1] = added[i]
-      out[#out + 1] = mark1[i]
-      out[#out + 1] = mark2[i]
+      out[#out + 1] = struct.pack('<dddddd', allowed[i] and 1 or 0, remaining(s, c), wait,
+        added[i], mark1[i], mark2[i])
     end
-    return out
+    return table.concat(out)
   end
 end
 
@@ -554,7 +554,7 @@ local general
 
 -- Decides the call whose keys start after KEYS[ko] and arguments after ARGV[ao].
 local function one(ko, ao)
-  KO, AO = ko, ao
+  KO, P = ko, ARGV[ao + 2]
   if ARGV[ao + 1] == '' then
     if clock == nil then
       local t = redis.call('TIME')
@@ -564,10 +564,8 @@ local function one(ko, ao)
   else
     now = tonumber(ARGV[ao + 1])
   end
-  mode = tonumber(ARGV[ao + 2])
+  mode, quota_total, n = struct.unpack('<ddd', P)
   count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
-  quota_total = tonumber(ARGV[ao + 3])
-  n = tonumber(ARGV[ao + 4])
   local r = fast()
   if r then return r end
   if general == nil then general = build() end

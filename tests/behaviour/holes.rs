@@ -433,6 +433,53 @@ async fn hole_6_a_script_that_runs_after_its_deadline_leaves_no_charge() {
     }
 }
 
+/// On a serving thread's runtime (current-thread: script calls are batched), calls that
+/// arrive together join one batch, which the first of them sends. That call and another are
+/// cancelled while the batch waits: the batch still leaves, the others are answered, and
+/// the cancelled calls leave no charge.
+#[tokio::test(flavor = "current_thread")]
+async fn hole_6_a_cancelled_call_neither_strands_its_batch_nor_keeps_a_charge() {
+    // Started before the runtime has work: a current-thread runtime cannot block aside.
+    let server = crate::support::redis::RedisServer::start();
+    let clock = ManualClock::new(T0 + 10 * S);
+    let mut setup = RedisSetup::new(server.url(), &clock);
+    setup.local_cache_size = 0;
+    let st = Arc::new(AnyStore::Redis(setup.connect()));
+    crate::support::kit::wait_ready(st.as_ref()).await;
+    let l = limiter(LATE, Settings::default(), st);
+    let reqs: Vec<_> = (0..8)
+        .map(|i| req("h6", vec![d(&[("a", &format!("v{i}"))])]))
+        .collect();
+    let mut calls: Vec<_> = reqs
+        .iter()
+        .map(|r| Box::pin(l.should_rate_limit(r)))
+        .collect();
+    for call in calls.iter_mut() {
+        assert!(futures::poll!(call).is_pending(), "waits for the batch");
+    }
+    // The first call opened the batch and sends it once it runs again.
+    drop(calls.remove(3));
+    drop(calls.remove(0));
+    for r in futures::future::join_all(calls).await {
+        assert_eq!(r.expect("answered").overall_code, OK);
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut left = Vec::new();
+        for i in 0..8 {
+            left.push(look(&l, "h6", &[("a", &format!("v{i}"))]).await.1);
+        }
+        if left == [10, 9, 9, 10, 9, 9, 9, 9] {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "remaining per tenant: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 // --- 7. Time stepping back -------------------------------------------------------------------
 
 const BACKWARDS: &str = "

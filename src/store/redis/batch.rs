@@ -23,6 +23,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::script::unpack;
 use crate::store::StoreError;
 
 /// A batch is closed to more calls once it holds this many.
@@ -121,7 +122,7 @@ pub fn combine(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
     (keys, args)
 }
 
-/// Hands each call its part of a batch's reply: one reply per call, each the call's integers
+/// Hands each call its part of a batch's reply: one reply per call, each the call's numbers
 /// or a string saying why that call failed.
 pub fn answer(calls: Vec<Call>, reply: Result<Vec<Value>, StoreError>) {
     let replies = match reply {
@@ -141,22 +142,7 @@ pub fn answer(calls: Vec<Call>, reply: Result<Vec<Value>, StoreError>) {
         }
     };
     for (call, reply) in calls.into_iter().zip(replies) {
-        call.answer(one(reply));
-    }
-}
-
-/// One call's reply within a batch's.
-fn one(reply: Value) -> Result<Vec<i64>, StoreError> {
-    match reply {
-        Value::Array(values) => values
-            .into_iter()
-            .map(|v| {
-                v.as_i64()
-                    .ok_or_else(|| StoreError(format!("unexpected script reply value {v:?}")))
-            })
-            .collect(),
-        Value::String(why) => Err(StoreError(format!("redis: {why}"))),
-        other => Err(StoreError(format!("unexpected script reply {other:?}"))),
+        call.answer(unpack(&reply));
     }
 }
 
@@ -178,6 +164,25 @@ mod tests {
         (call, rx)
     }
 
+    /// A reply as the script packs it.
+    fn packed(numbers: &[i64]) -> Value {
+        let mut b = vec![b'='];
+        numbers
+            .iter()
+            .for_each(|&n| b.extend_from_slice(&(n as f64).to_le_bytes()));
+        Value::Bytes(b.into())
+    }
+
+    #[test]
+    fn a_reply_that_is_not_packed_numbers_is_an_error() {
+        let (a, mut ra) = call(&["k1"], &[]);
+        let (b, mut rb) = call(&["k2"], &[]);
+        let torn = Value::Bytes(vec![b'=', 0, 0, 0].into());
+        answer(vec![a, b], Ok(vec![torn, Value::Integer(7)]));
+        assert!(ra.try_recv().unwrap().is_err());
+        assert!(rb.try_recv().unwrap().is_err());
+    }
+
     #[test]
     fn a_batch_lays_out_every_call_with_its_counts() {
         let (a, _ra) = call(&["k1"], &[7, 8]);
@@ -195,12 +200,12 @@ mod tests {
         let (b, mut rb) = call(&["k2"], &[]);
         let (c, mut rc) = call(&["k3"], &[]);
         let replies = vec![
-            Value::Array(vec![Value::Integer(1), Value::Integer(2)]),
+            packed(&[1, -1]),
             Value::from("WRONGTYPE Operation against a key holding the wrong kind of value"),
-            Value::Array(vec![Value::Integer(3)]),
+            packed(&[3]),
         ];
         answer(vec![a, b, c], Ok(replies));
-        assert_eq!(ra.try_recv().unwrap(), Ok(vec![1, 2]));
+        assert_eq!(ra.try_recv().unwrap(), Ok(vec![1, -1]));
         let e = rb.try_recv().unwrap().unwrap_err();
         assert!(e.0.contains("WRONGTYPE"), "{e}");
         assert_eq!(rc.try_recv().unwrap(), Ok(vec![3]));
@@ -210,7 +215,7 @@ mod tests {
     fn a_reply_of_the_wrong_length_fails_every_call() {
         let (a, mut ra) = call(&["k1"], &[]);
         let (b, mut rb) = call(&["k2"], &[]);
-        answer(vec![a, b], Ok(vec![Value::Array(vec![])]));
+        answer(vec![a, b], Ok(vec![packed(&[])]));
         assert!(ra.try_recv().unwrap().is_err());
         assert!(rb.try_recv().unwrap().is_err());
     }

@@ -30,6 +30,7 @@ mod url;
 use std::cell::RefCell;
 use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,12 +40,13 @@ use fred::types::config::{ClusterDiscoveryPolicy, Config, Options, ReconnectPoli
 use fred::util::redis_keyslot;
 use futures::future::join_all;
 use parking_lot::Mutex;
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use self::local_cache::{LocalCache, Lookup};
 use self::migration::Migrations;
-use self::script::{args, eval, parse_reply, EvalError, Script};
+use self::script::{args, eval, parse_reply, unpack, EvalError, Script};
 use super::placement::{place, Placed};
 use super::protocol::{Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
@@ -176,6 +178,32 @@ struct Decided {
     leftovers: Vec<(usize, Vec<Undo>, i64)>,
 }
 
+/// A decision in progress that must not stop halfway: a script call it awaits may already
+/// have charged, and a batch it opened must still be sent. Dropped before it finished, it
+/// finishes as a task of its own (which then takes back what it charged, since nobody waits
+/// for the answer). The spawned task polls it at once, so every waker it waits on is then
+/// that task's.
+struct Detach<F: Future<Output = ()> + Send + 'static> {
+    decision: Option<Pin<Box<F>>>,
+    trace: Option<opentelemetry::Context>,
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Drop for Detach<F> {
+    fn drop(&mut self) {
+        let Some(decision) = self.decision.take() else {
+            return;
+        };
+        // Outside a runtime (it is shutting down) there is nothing left to finish it on.
+        let Ok(runtime) = Handle::try_current() else {
+            return;
+        };
+        match self.trace.take() {
+            Some(cx) => drop(runtime.spawn(decision.with_context(cx))),
+            None => drop(runtime.spawn(decision)),
+        }
+    }
+}
+
 impl Store for RedisStore {
     async fn apply(
         &self,
@@ -198,7 +226,6 @@ impl Store for RedisStore {
         let deadline = Instant::now() + inner.opts.timeout;
         let (tx, rx) = oneshot::channel();
         let task = inner.clone();
-        let trace = opentelemetry::Context::current();
         let decision = async move {
             match task.decide(&placed, mode, dry_first, deadline).await {
                 Ok(decided) => {
@@ -214,10 +241,21 @@ impl Store for RedisStore {
                 }
             }
         };
-        tokio::spawn(decision.with_context(trace));
-        match tokio::time::timeout_at(deadline, rx).await {
-            Ok(Ok(result)) => result.map(|d| d.outcomes),
-            Ok(Err(_)) => Err(StoreError("redis decision task failed".into())),
+        // Decided on the caller's task; if the caller stops waiting (the deadline passed, or
+        // the request was cancelled), the rest runs on as a task of its own.
+        let mut decision = Detach {
+            decision: Some(Box::pin(decision)),
+            trace: telemetry::enabled().then(opentelemetry::Context::current),
+        };
+        let running = decision.decision.as_mut().expect("not detached yet");
+        match tokio::time::timeout_at(deadline, running).await {
+            Ok(()) => {
+                decision.decision = None;
+                match rx.await {
+                    Ok(result) => result.map(|d| d.outcomes),
+                    Err(_) => Err(StoreError("redis decision failed".into())),
+                }
+            }
             Err(_) => Err(StoreError(format!(
                 "redis did not answer within {:?}",
                 inner.opts.timeout
@@ -413,7 +451,8 @@ impl Inner {
                 retry_until,
                 request,
             );
-            return Ok(Box::pin(call).await?);
+            let reply: Value = Box::pin(call).await?;
+            return unpack(&reply);
         }
         let (keys, args) = request();
         let slot = match keys.first() {
@@ -423,8 +462,9 @@ impl Inner {
         let (reply, opened) = batch::join(self.id, slot, keys, args, retry_until);
         if let Some(opened) = opened {
             // This call sends the batch it opened, once every task ready on this thread has
-            // run (and could join). A call is never cancelled halfway: it runs in a decision's
-            // own task (see `apply`). Boxed: the rare retry paths would size every call.
+            // run (and could join). A call is never cancelled halfway: a decision whose caller
+            // stops waiting finishes on its own (see `Detach`). Boxed: the rare retry paths
+            // would size every call.
             tokio::task::yield_now().await;
             Box::pin(self.send_batch(opened)).await;
         }
@@ -478,7 +518,11 @@ impl Inner {
             || (call.keys.clone(), call.args.clone()),
         )
         .await;
-        call.answer(reply.map_err(StoreError::from));
+        call.answer(
+            reply
+                .map_err(StoreError::from)
+                .and_then(|r: Value| unpack(&r)),
+        );
     }
 
     /// Runs one group's script.

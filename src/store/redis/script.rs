@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::migration::{self, Migrations};
 use crate::algorithm::Landing;
 use crate::decision::ChargeOutcome;
+use crate::limit::Algorithm;
 use crate::plan::Role;
 use crate::store::placement::{Group, Spec};
 use crate::store::protocol::{GroupAnswer, Mode, Undo};
@@ -140,7 +141,8 @@ pub async fn eval<R: FromValue>(
     }
 }
 
-/// KEYS and ARGV for one group. `undo` (refund mode) is per charge of the group.
+/// KEYS and ARGV for one group: `now`, then every other number packed (see the script).
+/// `undo` (refund mode) is per charge of the group.
 pub fn args(
     g: &Group,
     specs: &[Spec<'_>],
@@ -155,35 +157,73 @@ pub fn args(
         .map(|&s| Key::from(specs[s].key.as_ref()))
         .collect();
     let n = g.charges.len();
-    let mut args: Vec<Value> = Vec::with_capacity(4 + n * 8 + undo.len() * 5);
-    args.push(now.clone());
-    args.push(Value::Integer(mode as i64));
-    args.push(Value::Integer(quota_descriptors as i64));
-    args.push(Value::Integer(n as i64));
+    let mut packed = Packed::with_numbers(3 + n * 8 + undo.len() * 5);
+    packed.push(mode as u64);
+    packed.push(quota_descriptors as u64);
+    packed.push(n as u64);
     for (&ci, &key) in g.charges.iter().zip(&g.key_of) {
         let c = &specs[ci];
         let p = &c.params;
-        args.push(Value::Integer(key as i64 + 1));
-        args.push(Value::from_static_str(p.algorithm.letter()));
-        args.push(Value::Integer(p.limit as i64));
-        args.push(Value::Integer(p.window_us as i64));
-        args.push(Value::Integer(p.burst as i64));
-        args.push(Value::Integer(p.overdraft as i64));
-        args.push(Value::Integer(c.cost as i64));
-        args.push(match c.role {
-            Role::Enforced => Value::from_static_str("e"),
-            Role::Shadow => Value::from_static_str("s"),
-            Role::Quota { descriptor } => Value::from(format!("q{descriptor}")),
+        packed.push(key as u64 + 1);
+        packed.push(match p.algorithm {
+            Algorithm::FixedWindow => 0,
+            Algorithm::SlidingWindow => 1,
+            Algorithm::TokenBucket => 2,
+        });
+        packed.push(p.limit);
+        packed.push(p.window_us);
+        packed.push(p.burst);
+        packed.push(p.overdraft as u64);
+        packed.push(c.cost);
+        packed.push(match c.role {
+            Role::Enforced => 0,
+            Role::Shadow => 1,
+            Role::Quota { descriptor } => 2 + descriptor as u64,
         });
     }
     for u in undo {
-        args.push(Value::Integer(u.allowed as i64));
-        args.push(Value::Integer(u.kept().added as i64));
-        args.push(Value::Integer(u.amount() as i64));
-        args.push(Value::Integer(u.landing.mark.0 as i64));
-        args.push(Value::Integer(u.landing.mark.1 as i64));
+        packed.push(u.allowed as u64);
+        packed.push(u.kept().added);
+        packed.push(u.amount());
+        packed.push(u.landing.mark.0);
+        packed.push(u.landing.mark.1);
     }
-    (keys, args)
+    (keys, vec![now.clone(), packed.into_value()])
+}
+
+/// Numbers packed as the script unpacks them: little-endian doubles (`struct` format `<d`).
+/// Every number is an integer below 2^53 (config validation and `--max-hits` bound them), so
+/// each is exact.
+struct Packed(Vec<u8>);
+
+impl Packed {
+    fn with_numbers(n: usize) -> Packed {
+        Packed(Vec::with_capacity(n * 8))
+    }
+
+    fn push(&mut self, v: u64) {
+        self.0.extend_from_slice(&(v as f64).to_le_bytes());
+    }
+
+    fn into_value(self) -> Value {
+        Value::Bytes(self.0.into())
+    }
+}
+
+/// The numbers of a script's reply: `"="` then packed little-endian doubles. Anything else is
+/// the error a call of a batch failed with.
+pub fn unpack(reply: &Value) -> Result<Vec<i64>, StoreError> {
+    match reply.as_bytes().map(|b| b.split_first()) {
+        Some(Some((b'=', numbers))) if numbers.len() % 8 == 0 => Ok(numbers
+            .chunks_exact(8)
+            .map(|d| f64::from_le_bytes(d.try_into().expect("8 bytes")) as i64)
+            .collect()),
+        Some(_) if !matches!(reply, Value::Bytes(_)) => Err(StoreError(format!(
+            "redis: {}",
+            reply.as_str().unwrap_or_default()
+        ))),
+        _ => Err(StoreError(format!("unexpected script reply {reply:?}"))),
+    }
 }
 
 /// One group's answer.
@@ -193,7 +233,8 @@ pub struct Reply {
     pub answer: GroupAnswer,
 }
 
-/// Parses `{ now, then allowed, remaining, wait_us (-1 = never), added, mark1, mark2 }`.
+/// Parses the numbers of a reply: `now`, then per charge allowed, remaining, wait_us (-1 =
+/// never), added, mark1, mark2.
 pub fn parse_reply(g: &Group, reply: &[i64]) -> Result<Reply, StoreError> {
     if reply.len() != 1 + 6 * g.charges.len() {
         return Err(StoreError(format!(
