@@ -7,11 +7,11 @@
 //! them, and a group that charged for a request that ends up denied takes its charges back
 //! exactly. That can briefly under-admit, never over-admit.
 //!
-//! The caller waits for its decision up to the deadline ([`deadline`]); past it, or on any
-//! Redis error, the caller applies the failure policy. A decision whose caller is gone
-//! (deadline, cancelled call) goes on as a task of its own, collects its late replies and
-//! takes back whatever landed, so a script that runs after its deadline leaves counters as if
-//! the request never happened. [`health`] keeps readiness, topology and scripts current; the [`local_cache`]
+//! The caller waits for its decision up to the deadline; past it, or on any Redis error, the
+//! caller applies the failure policy. A decision whose caller is gone (deadline, cancelled
+//! call) goes on as a task of its own, collects its late replies and takes back whatever
+//! landed, so a script that runs after its deadline leaves counters as if the request never
+//! happened. [`health`] keeps readiness, topology and scripts current; the [`local_cache`]
 //! lets the deny path of an exhausted key skip Redis.
 //!
 //! Every serving thread (see [`crate::serving`]) gets a client of its own, whose connections'
@@ -20,7 +20,6 @@
 //! ([`batch`]), since fred writes every `EVALSHA` out on its own.
 
 mod batch;
-mod deadline;
 mod health;
 mod local_cache;
 mod migration;
@@ -249,21 +248,18 @@ impl Store for RedisStore {
             trace: telemetry::enabled().then(opentelemetry::Context::current),
         };
         let running = decision.decision.as_mut().expect("not detached yet");
-        let answered = tokio::select! {
-            biased;
-            () = running => true,
-            () = deadline::at(deadline) => false,
-        };
-        if !answered {
-            return Err(StoreError(format!(
+        match tokio::time::timeout_at(deadline, running).await {
+            Ok(()) => {
+                decision.decision = None;
+                match rx.await {
+                    Ok(result) => result.map(|d| d.outcomes),
+                    Err(_) => Err(StoreError("redis decision failed".into())),
+                }
+            }
+            Err(_) => Err(StoreError(format!(
                 "redis did not answer within {:?}",
                 inner.opts.timeout
-            )));
-        }
-        decision.decision = None;
-        match rx.await {
-            Ok(result) => result.map(|d| d.outcomes),
-            Err(_) => Err(StoreError("redis decision failed".into())),
+            ))),
         }
     }
 
@@ -293,7 +289,7 @@ impl Store for RedisStore {
         client.connect();
         THREAD_CLIENTS.with_borrow_mut(|c| c.push((inner.id, client.clone())));
         inner.thread_clients.lock().push(client.clone());
-        let out = deadline::shared_on_this_thread(serve).await;
+        let out = serve.await;
         THREAD_CLIENTS.with_borrow_mut(|c| c.retain(|(id, _)| *id != inner.id));
         inner
             .thread_clients
