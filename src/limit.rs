@@ -122,7 +122,7 @@ impl Algorithm {
         }
     }
 
-    /// One letter naming the algorithm in counter keys and in the Redis scripts' arguments,
+    /// One letter naming the algorithm in counter keys,
     /// so limits with different algorithms never share state.
     pub fn letter(self) -> &'static str {
         match self {
