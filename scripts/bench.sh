@@ -117,6 +117,8 @@ scenarios() { # store redis_ports
   run "$s" "(b) 1 hot key" "$p" -- --descriptor 'key=hot'
   run "$s" "(c) 3 descriptors, hierarchical + shared" "$p" -- \
     --descriptor 'tenant={key},model=gpt' --descriptor 'key={key}' --descriptor 'd0={key}' --keys 10000
+  run "$s" "(c) with lease: 1000 on the shared limit" "$p" -- \
+    --descriptor 'ltenant={key},model=gpt' --descriptor 'key={key}' --descriptor 'd0={key}' --keys 10000
   run "$s" "(d) 1 key far over its limit" "$p" -- --descriptor 'deny=x'
   run "$s" "(e) open loop 2,000/s" "$p" -- --descriptor 'key={key}' --keys 10000 --rate 2000
   run "$s" "3 descriptors" "$p" -- --descriptor 'd0={key}' --descriptor 'd1={key}' \

@@ -176,6 +176,9 @@ pub struct Limit {
     pub params: LimitParams,
     /// One counter for every value the rule matches (the global level).
     pub shared: bool,
+    /// `lease: N` on a shared limit: the Redis store takes N units at a time and spends them
+    /// locally (0: none). See `store::redis::lease`.
+    pub lease: u64,
     /// Names of limits this one replaces when both apply to one request.
     pub replaces: Vec<String>,
     /// Suffix that makes this limit's counter key distinct from other limits of the same rule.
@@ -195,6 +198,7 @@ impl Limit {
             requests_per_unit,
             params,
             shared: false,
+            lease: 0,
             replaces: Vec::new(),
             key_suffix,
         }

@@ -193,6 +193,8 @@ pub struct Metrics {
     store_failures: Family<PolicyLabels, Counter>,
     pub refunds: Counter,
     pub memory_evictions: Counter,
+    pub lease_takes: Counter,
+    pub lease_local: Counter,
     domains: RwLock<HashMap<String, Arc<DomainMetrics>>>,
 }
 
@@ -313,6 +315,18 @@ impl Metrics {
             "Live counters the memory store dropped to stay under --max-store-bytes (their usage is forgotten: possible over-admission)",
             memory_evictions.clone(),
         );
+        let lease_takes = Counter::default();
+        registry.register(
+            "tollgate_lease_takes",
+            "Script calls that took units of a shared limit for this instance's lease (lease: N)",
+            lease_takes.clone(),
+        );
+        let lease_local = Counter::default();
+        registry.register(
+            "tollgate_lease_local_charges",
+            "Charges of leased shared limits answered from this instance's lease, without Redis",
+            lease_local.clone(),
+        );
         // Every policy and reload result shows from the start, at 0.
         for policy in ["error", "allow", "deny", "local"] {
             drop(store_failures.get_or_create(&PolicyLabels {
@@ -340,6 +354,8 @@ impl Metrics {
             store_failures,
             refunds,
             memory_evictions,
+            lease_takes,
+            lease_local,
             domains: RwLock::new(HashMap::new()),
         }
     }

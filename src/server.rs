@@ -6,8 +6,10 @@
 //! On shutdown readiness drops first, then after `drain_delay` the listeners stop accepting
 //! and in-flight calls finish.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,6 +94,8 @@ pub struct Running {
     pub http_addr: SocketAddr,
     pub shutdown: Shutdown,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
+    /// The store's [`Store::close`], once serving has stopped.
+    close: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 impl Running {
@@ -100,6 +104,7 @@ impl Running {
         for t in self.tasks {
             t.await.context("server task panicked")??;
         }
+        self.close.await;
         tracing::info!("tollgate stopped: listeners closed, in-flight calls finished");
         Ok(())
     }
@@ -255,11 +260,13 @@ pub async fn start<S: Store>(
             }
         }),
     ]);
+    let close = Box::pin(async move { store.close().await });
     Ok(Running {
         grpc_addr,
         http_addr,
         shutdown,
         tasks,
+        close,
     })
 }
 

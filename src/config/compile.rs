@@ -177,11 +177,36 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
         burst,
         overdraft: rl.overdraft,
     };
+    if let Some(lease) = rl.lease {
+        check_lease(lease, rl.shared, &params)?;
+    }
     let mut limit = Limit::new(rl.name.unwrap_or_default(), unit, requests_per_unit, params);
     limit.shared = rl.shared;
+    limit.lease = rl.lease.unwrap_or(0);
     limit.replaces = replaces;
     limit.key_suffix = default_key_suffix(&params);
     Ok(limit)
+}
+
+/// `lease: N`: a shared fixed-window limit (whose leased units expire with the window they were
+/// charged in), N from 1 to `requests_per_unit`.
+fn check_lease(lease: u64, shared: bool, p: &LimitParams) -> Result<(), String> {
+    if !shared {
+        return Err("lease is only valid on a shared limit (shared: true)".into());
+    }
+    if p.algorithm != Algorithm::FixedWindow {
+        return Err("lease needs algorithm fixed_window: leased units expire with the window they were charged in".into());
+    }
+    if p.overdraft {
+        return Err("lease cannot be combined with overdraft".into());
+    }
+    if lease == 0 || lease > p.limit {
+        return Err(format!(
+            "lease must be from 1 to requests_per_unit ({}), found {lease}",
+            p.limit
+        ));
+    }
+    Ok(())
 }
 
 /// A limit's `window`: a positive whole number of milliseconds, in microseconds.

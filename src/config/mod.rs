@@ -266,6 +266,9 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
             if p.algorithm == crate::limit::Algorithm::TokenBucket {
                 let _ = write!(s, ", burst: {}", p.burst);
             }
+            if l.lease > 0 {
+                let _ = write!(s, ", lease: {}", l.lease);
+            }
             for (flag, on) in [
                 ("shared", l.shared),
                 ("overdraft", p.overdraft),

@@ -78,6 +78,9 @@ pub struct RawLimit {
     pub shared: bool,
     #[serde(default)]
     pub overdraft: bool,
+    /// tollgate: on a `shared` limit, each instance takes this many units at a time from Redis.
+    #[serde(default)]
+    pub lease: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -55,6 +55,12 @@ pub trait Store: Send + Sync + 'static {
         async {}
     }
 
+    /// After serving has stopped: gives back what this instance holds of shared counters (the
+    /// Redis store's unspent leases).
+    fn close(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Runs a serving thread's `serve` (see [`crate::serving`]), inside that thread's runtime:
     /// a store may set up what the thread's calls should use there (the Redis store opens
     /// connections whose I/O runs on the thread).

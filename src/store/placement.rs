@@ -20,6 +20,9 @@ pub struct Spec<'a> {
     pub params: LimitParams,
     pub cost: u64,
     pub role: Role,
+    /// Units the Redis store leases at a time for this charge (`lease` of a shared limit,
+    /// enforced charges only); 0: none.
+    pub lease: u64,
 }
 
 /// Charges sharing a hash tag, with their distinct keys.
@@ -88,6 +91,11 @@ pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str) -> Placed<'a> {
             params: c.limit.params,
             cost: c.cost,
             role: c.role,
+            lease: if c.role == Role::Enforced {
+                c.limit.lease
+            } else {
+                0
+            },
         });
     }
     groups.sort_by_key(|g| g.shared);
@@ -110,6 +118,7 @@ impl Placed<'_> {
                     params: s.params,
                     cost: s.cost,
                     role: s.role,
+                    lease: s.lease,
                 })
                 .collect(),
             groups: self.groups,

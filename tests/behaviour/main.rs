@@ -8,7 +8,8 @@
 //! - `model`: the algorithms' invariants (proptest) and the stores against the model;
 //! - `differential`: random configs and requests on memory and Redis, identical answers;
 //! - `holes`: regressions for every exactness hole found from outside;
-//! - `concurrency`: two tollgate instances on one Redis Cluster stay exact.
+//! - `concurrency`: two tollgate instances on one Redis Cluster stay exact;
+//! - `lease`: leased shared limits (`lease: N`) on two instances never over-admit.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -19,5 +20,6 @@ mod conformance;
 mod differential;
 mod hierarchy;
 mod holes;
+mod lease;
 mod matching;
 mod model;

@@ -383,6 +383,46 @@ descriptors:
         line: None,
     },
     Bad {
+        name: "lease on a limit that is not shared",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100, lease: 10}
+",
+        want: "'d.k': lease is only valid on a shared limit (shared: true)",
+        line: None,
+    },
+    Bad {
+        name: "lease on a sliding window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100, shared: true, lease: 10, algorithm: sliding_window}
+",
+        want: "lease needs algorithm fixed_window",
+        line: None,
+    },
+    Bad {
+        name: "lease larger than the limit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100, shared: true, lease: 101}
+",
+        want: "lease must be from 1 to requests_per_unit (100), found 101",
+        line: None,
+    },
+    Bad {
+        name: "lease with overdraft",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 100, shared: true, lease: 10, overdraft: true}
+",
+        want: "lease cannot be combined with overdraft",
+        line: None,
+    },
+    Bad {
         name: "burst on a sliding window",
         yaml: "domain: d
 descriptors:

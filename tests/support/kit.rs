@@ -130,6 +130,8 @@ pub struct RedisSetup {
     /// TLS: the CA to trust, and a client certificate and key.
     pub ca_file: Option<std::path::PathBuf>,
     pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Where the store counts (round trips, leases).
+    pub metrics: Arc<tollgate::metrics::Metrics>,
 }
 
 impl RedisSetup {
@@ -144,6 +146,7 @@ impl RedisSetup {
             local_cache_size: 1000,
             ca_file: None,
             client_cert: None,
+            metrics: Arc::default(),
         }
     }
 
@@ -158,7 +161,7 @@ impl RedisSetup {
                 connect_timeout: Duration::from_secs(1),
                 clock: self.clock,
                 local_cache_size: self.local_cache_size,
-                metrics: Arc::default(),
+                metrics: self.metrics,
                 ca_file: self.ca_file,
                 client_cert: self.client_cert,
             },

@@ -21,6 +21,7 @@
 
 mod batch;
 mod health;
+mod lease;
 mod local_cache;
 mod migration;
 mod script;
@@ -44,10 +45,11 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use self::lease::{Lean, Leases};
 use self::local_cache::{LocalCache, Lookup};
 use self::migration::Migrations;
 use self::script::{args, eval, parse_reply, unpack, EvalError, Script};
-use super::placement::{place, Placed};
+use super::placement::{place, Group, Placed, Spec};
 use super::protocol::{Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
 use crate::clock::Clock;
@@ -129,6 +131,8 @@ struct Inner {
     /// Upkeep rounds so far (`maintain` runs about twice a second).
     ticks: AtomicU64,
     cache: LocalCache,
+    /// Units of leased shared limits this instance holds ([`lease`]).
+    leases: Leases,
     /// Slots seen migrating between primaries, and where each is imported.
     migrations: Migrations,
     /// The instance clock, for the local cache.
@@ -281,6 +285,11 @@ impl Store for RedisStore {
 
     async fn maintain(&self) {
         self.inner.upkeep().await;
+        self.inner.leases.forget_lapsed(self.inner.leases.now());
+    }
+
+    async fn close(&self) {
+        self.inner.give_back_leases().await;
     }
 
     async fn serve_thread<F: Future>(&self, serve: F) -> F::Output {
@@ -380,6 +389,10 @@ impl RedisStore {
                 eviction_warning: Mutex::new(None),
                 script: Script::tollgate(),
                 cache: LocalCache::new(opts.local_cache_size),
+                leases: Leases::new(match &opts.clock {
+                    ClockSource::Local(c) => Some(c.clone()),
+                    ClockSource::Redis => None,
+                }),
                 migrations: Migrations::default(),
                 prefix: format!("{}{KEY_FORMAT}", opts.key_prefix),
                 client,
@@ -525,7 +538,8 @@ impl Inner {
         );
     }
 
-    /// Runs one group's script.
+    /// Runs one group: by its script, or, for a group of leased shared limits, from this
+    /// instance's leases where they cover it ([`lease`]).
     async fn run(
         &self,
         call: &Call<'_>,
@@ -533,13 +547,85 @@ impl Inner {
         mode: Mode,
         undo: &[Undo],
     ) -> Result<script::Reply, StoreError> {
-        let g = &call.placed.groups[gi];
+        let placed = call.placed;
+        let g = &placed.groups[gi];
+        if g.shared && lease::leased(g, &placed.specs) {
+            // Boxed: only leased groups pay for this path's future.
+            return Box::pin(self.run_leased(call, g, mode, undo)).await;
+        }
+        self.run_script(call, g, &placed.specs, mode, undo).await
+    }
+
+    /// Runs a group of leased shared limits.
+    async fn run_leased(
+        &self,
+        call: &Call<'_>,
+        g: &Group,
+        mode: Mode,
+        undo: &[Undo],
+    ) -> Result<script::Reply, StoreError> {
+        let specs = &call.placed.specs;
+        let metrics = &self.opts.metrics;
+        match mode {
+            Mode::Decide => match self.leases.spend(g, specs, self.leases.now()) {
+                Lean::Local(answer, now) => {
+                    metrics.lease_local.inc_by(answer.len() as u64);
+                    return Ok(script::Reply { now, answer });
+                }
+                Lean::TopUp(top) => {
+                    let ci = g.charges[0];
+                    let mut spec = specs[ci].clone();
+                    spec.cost += top;
+                    let one = Group {
+                        keys: vec![0],
+                        charges: vec![0],
+                        key_of: vec![0],
+                        shared: true,
+                    };
+                    let sent = self.leases.now();
+                    let reply = self.run_script(call, &one, &[spec], mode, &[]).await;
+                    metrics.lease_takes.inc();
+                    let answer = reply.as_ref().ok().map(|r| r.answer[0]);
+                    let own = self.leases.topped_up(&specs[ci], top, sent, answer);
+                    let mut reply = reply?;
+                    match own {
+                        Some(own) if own.0.allowed => {
+                            reply.answer = vec![own];
+                            return Ok(reply);
+                        }
+                        // Not enough left for the lease too: decide the request exactly.
+                        _ => {}
+                    }
+                }
+                Lean::Exact => {}
+            },
+            Mode::TakeBack => {
+                let (rest, answer) = self.leases.take_back(g, specs, undo, self.leases.now());
+                if let Some(answer) = answer {
+                    let now = call.now.as_i64().unwrap_or(0);
+                    return Ok(script::Reply { now, answer });
+                }
+                return self.run_script(call, g, specs, mode, &rest).await;
+            }
+            Mode::CountRejected | Mode::DryRun => {}
+        }
+        self.run_script(call, g, specs, mode, undo).await
+    }
+
+    /// Runs a group's script (`g`'s charges index `specs`).
+    async fn run_script(
+        &self,
+        call: &Call<'_>,
+        g: &Group,
+        specs: &[Spec<'_>],
+        mode: Mode,
+        undo: &[Undo],
+    ) -> Result<script::Reply, StoreError> {
         let quota = call.placed.quota_descriptors;
         let span = telemetry::child(
             "redis EVALSHA",
             vec![
                 KeyValue::new("db.system", "redis"),
-                KeyValue::new("tollgate.group", gi as i64),
                 KeyValue::new("tollgate.keys", g.keys.len() as i64),
                 KeyValue::new("tollgate.charges", g.charges.len() as i64),
                 KeyValue::new("tollgate.mode", mode.name()),
@@ -548,7 +634,7 @@ impl Inner {
         let started = std::time::Instant::now();
         let reply = self
             .script_call(call.retry_until, || {
-                args(g, &call.placed.specs, &call.now, mode, quota, undo)
+                args(g, specs, &call.now, mode, quota, undo)
             })
             .await;
         let op = if mode == Mode::TakeBack {
@@ -686,6 +772,61 @@ impl Inner {
             }
         });
         join_all(calls).await;
+    }
+}
+
+impl Inner {
+    /// Gives every unspent leased unit of a running window back to Redis (on shutdown), so
+    /// the other instances can use it; waits at most the decision deadline.
+    async fn give_back_leases(&self) {
+        let unspent = self.leases.drain(self.leases.now());
+        if unspent.is_empty() {
+            return;
+        }
+        let calls = unspent.into_iter().map(|u| async move {
+            let placed = Placed {
+                specs: vec![Spec {
+                    key: u.key.into(),
+                    params: u.params,
+                    cost: u.units,
+                    role: crate::plan::Role::Enforced,
+                    lease: 0,
+                }],
+                groups: vec![Group {
+                    keys: vec![0],
+                    charges: vec![0],
+                    key_of: vec![0],
+                    shared: true,
+                }],
+                quota_descriptors: 0,
+            };
+            let undo = Undo {
+                allowed: true,
+                landing: crate::algorithm::Landing {
+                    added: u.units,
+                    mark: (u.mark, 0),
+                },
+                take_back: true,
+            };
+            let call = Call {
+                placed: &placed,
+                now: self.now_arg(),
+                retry_until: Instant::now() + self.opts.timeout,
+            };
+            let g = &placed.groups[0];
+            match self
+                .run_script(&call, g, &placed.specs, Mode::TakeBack, &[undo])
+                .await
+            {
+                Ok(_) => tracing::debug!(units = u.units, "gave back a lease"),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    units = u.units,
+                    "giving back a lease failed: its units stay counted until its window ends"
+                ),
+            }
+        });
+        let _ = tokio::time::timeout(self.opts.timeout, join_all(calls)).await;
     }
 }
 

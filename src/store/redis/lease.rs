@@ -1,0 +1,296 @@
+//! Leases on hot shared limits (`lease: N`, opt-in): an instance takes N units of a shared
+//! fixed-window limit from Redis at a time, with the script call of a request that needed
+//! one, and spends them on later requests without a round trip to the limit's key.
+//!
+//! No unit is spent that Redis has not counted first: a lease is charged to the key in the
+//! window it is spent in, and it lapses locally no later than that window ends in Redis (its
+//! lifetime is the window's time left as the script saw it, counted from before the call
+//! went out). So leases never over-admit. What they cost is the other way: units leased by
+//! one instance are not there for the others until they are spent, returned (on shutdown) or
+//! the window ends; at most N per instance (plus the cost of the request that took them), and
+//! a lease takes no more than Redis last said was left. Near the limit, a request whose lease
+//! cannot be topped up is decided by Redis exactly, as without leases.
+//!
+//! A charge that a denied request takes back returns to the lease it came from (its window
+//! still running), so all-or-nothing holds as before. `remaining` for a leased charge is what
+//! Redis had left after this instance's last lease, plus the units this instance still holds.
+//! Only one top-up per key is in flight on an instance: while it is, other requests are
+//! decided by Redis exactly, so a burst cannot make one instance hoard the limit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::algorithm::Landing;
+use crate::clock::Clock;
+use crate::decision::ChargeOutcome;
+use crate::limit::LimitParams;
+use crate::store::placement::{Group, Spec};
+use crate::store::protocol::{GroupAnswer, Undo};
+
+/// This instance's leases, by counter key.
+pub struct Leases {
+    by_key: Mutex<HashMap<Box<str>, Lease>>,
+    /// The scripts' clock, when it is this instance's (`--clock local`, or a test's): a lease
+    /// then lapses exactly when its window ends.
+    clock: Option<Arc<dyn Clock>>,
+    /// With Redis `TIME`, lease times are µs on this instance's monotonic clock since then.
+    origin: Instant,
+}
+
+struct Lease {
+    /// Units charged in Redis and not yet spent here.
+    units: u64,
+    /// The window they were charged in: its end, in the script's clock (µs).
+    mark: u64,
+    /// When, at the latest, that window ends (on [`Leases::now`]'s clock).
+    until: u64,
+    /// What Redis had left for everyone after this instance's last lease or answer, valid
+    /// until `known_until`.
+    remaining: u64,
+    known_until: u64,
+    params: LimitParams,
+    /// A top-up is in flight.
+    refilling: bool,
+}
+
+/// How to run a leased group's decision.
+pub enum Lean {
+    /// Answered from this instance's leases, with the `now` (in the script's clock) it stands for.
+    Local(GroupAnswer, i64),
+    /// Ask Redis for the (single) charge's cost plus `top` more units for the lease.
+    TopUp(u64),
+    /// Ask Redis for exactly what the request costs.
+    Exact,
+}
+
+/// Units leased but not spent, to give back on shutdown.
+pub struct Unspent {
+    pub key: String,
+    pub params: LimitParams,
+    pub units: u64,
+    pub mark: u64,
+}
+
+impl Lease {
+    fn live(&self, now: u64) -> bool {
+        now < self.until
+    }
+
+    fn outcome(&self, allowed: bool, now: u64) -> ChargeOutcome {
+        ChargeOutcome {
+            allowed,
+            remaining: self.remaining.saturating_add(self.units),
+            wait_us: Some(self.until.saturating_sub(now)),
+        }
+    }
+}
+
+/// Whether a group's charges are all leased (only shared groups have such charges).
+pub fn leased(g: &Group, specs: &[Spec<'_>]) -> bool {
+    g.shared && g.charges.iter().all(|&ci| specs[ci].lease > 0)
+}
+
+impl Leases {
+    /// Leases timed by `clock` when the scripts take their `now` from it, else by this
+    /// instance's monotonic clock.
+    pub fn new(clock: Option<Arc<dyn Clock>>) -> Leases {
+        Leases {
+            by_key: Mutex::new(HashMap::new()),
+            clock,
+            origin: Instant::now(),
+        }
+    }
+
+    /// Now, on the clock lease times are on.
+    pub fn now(&self) -> u64 {
+        match &self.clock {
+            Some(c) => c.now_us(),
+            None => self.origin.elapsed().as_micros() as u64,
+        }
+    }
+
+    /// When a window that the script, called at `sent`, saw end at `mark` in `left` µs has
+    /// ended at the latest.
+    fn until(&self, sent: u64, left: u64, mark: u64) -> u64 {
+        match self.clock {
+            Some(_) => mark,
+            None => sent.saturating_add(left),
+        }
+    }
+
+    /// Decides a leased group from the leases when they cover every charge; else says how to
+    /// ask Redis.
+    pub fn spend(&self, g: &Group, specs: &[Spec<'_>], now: u64) -> Lean {
+        let mut by_key = self.by_key.lock();
+        let mut answer = Vec::with_capacity(g.charges.len());
+        let mut covered = true;
+        for &ci in &g.charges {
+            let s = &specs[ci];
+            let Some(lease) = by_key.get_mut(s.key.as_ref()).filter(|l| l.live(now)) else {
+                covered = false;
+                break;
+            };
+            if lease.units < s.cost.max(1) {
+                covered = false;
+                break;
+            }
+            lease.units -= s.cost;
+            let landing = Landing {
+                added: s.cost,
+                mark: (lease.mark, 0),
+            };
+            answer.push((lease.outcome(true, now), landing));
+        }
+        let single = match g.charges[..] {
+            [ci] => Some(&specs[ci]),
+            _ => None,
+        };
+        if covered {
+            let lease = &by_key[specs[g.charges[0]].key.as_ref()];
+            // Below half its size, a lease is topped up by the request that found it so (one
+            // round trip for that request), so the others keep spending from it meanwhile.
+            let low = single.is_some_and(|s| !lease.refilling && lease.units < s.lease / 2);
+            if !low {
+                let left = lease.until.saturating_sub(now);
+                let script_now = lease.mark.saturating_sub(left) as i64;
+                return Lean::Local(answer, script_now);
+            }
+        }
+        // Not covered (or low): put back what was spent, then top up a single charge's lease.
+        for (&ci, (_, landing)) in g.charges.iter().zip(&answer) {
+            if let Some(lease) = by_key.get_mut(specs[ci].key.as_ref()) {
+                lease.units += landing.added;
+            }
+        }
+        let Some(s) = single else {
+            return Lean::Exact;
+        };
+        let lease = by_key.entry(s.key.as_ref().into()).or_insert(Lease {
+            units: 0,
+            mark: 0,
+            until: now,
+            remaining: 0,
+            known_until: now,
+            params: s.params,
+            refilling: false,
+        });
+        if lease.refilling {
+            return Lean::Exact;
+        }
+        let left = if now < lease.known_until {
+            lease.remaining.saturating_sub(s.cost)
+        } else {
+            u64::MAX
+        };
+        // Up to the lease's size: what a live lease still holds stays in it.
+        let held = if lease.live(now) { lease.units } else { 0 };
+        let top = s.lease.saturating_sub(held).min(left);
+        if top == 0 {
+            return Lean::Exact;
+        }
+        lease.refilling = true;
+        Lean::TopUp(top)
+    }
+
+    /// Records Redis's answer to a top-up of `top` units (`None`: the call failed) sent at
+    /// `sent`, and turns it into the request's own answer (its cost, not the lease's).
+    pub fn topped_up(
+        &self,
+        spec: &Spec<'_>,
+        top: u64,
+        sent: u64,
+        reply: Option<(ChargeOutcome, Landing)>,
+    ) -> Option<(ChargeOutcome, Landing)> {
+        let mut by_key = self.by_key.lock();
+        let lease = by_key.get_mut(spec.key.as_ref())?;
+        lease.refilling = false;
+        let (outcome, landing) = reply?;
+        let window_left = outcome.wait_us.unwrap_or(0);
+        lease.remaining = outcome.remaining;
+        lease.known_until = sent.saturating_add(window_left);
+        if !outcome.allowed || landing.added < spec.cost + top {
+            return Some((outcome, landing));
+        }
+        let now = self.now();
+        if !(lease.live(now) && lease.mark == landing.mark.0) {
+            lease.units = 0;
+            lease.mark = landing.mark.0;
+        }
+        lease.units += top;
+        lease.until = self.until(sent, window_left, landing.mark.0);
+        let own = Landing {
+            added: spec.cost,
+            mark: landing.mark,
+        };
+        Some((lease.outcome(true, now), own))
+    }
+
+    /// Returns what `undo` takes back to the leases it was spent from (their window still
+    /// running). Gives back the undos still to run in Redis, and, when there are none, the
+    /// group's answer.
+    pub fn take_back(
+        &self,
+        g: &Group,
+        specs: &[Spec<'_>],
+        undo: &[Undo],
+        now: u64,
+    ) -> (Vec<Undo>, Option<GroupAnswer>) {
+        let mut by_key = self.by_key.lock();
+        let mut rest = undo.to_vec();
+        for (&ci, u) in g.charges.iter().zip(rest.iter_mut()) {
+            if !u.take_back {
+                continue;
+            }
+            if let Some(lease) = by_key
+                .get_mut(specs[ci].key.as_ref())
+                .filter(|l| l.live(now) && l.mark == u.landing.mark.0)
+            {
+                lease.units += u.amount();
+                u.take_back = false;
+            }
+        }
+        if rest.iter().any(|u| u.take_back) {
+            return (rest, None);
+        }
+        let mut answer = Vec::with_capacity(rest.len());
+        for (&ci, u) in g.charges.iter().zip(&rest) {
+            let outcome = match by_key.get(specs[ci].key.as_ref()) {
+                Some(lease) => lease.outcome(u.allowed, now),
+                None => ChargeOutcome {
+                    allowed: u.allowed,
+                    remaining: 0,
+                    wait_us: None,
+                },
+            };
+            answer.push((outcome, u.kept()));
+        }
+        (rest, Some(answer))
+    }
+
+    /// Drops leases whose window has ended.
+    pub fn forget_lapsed(&self, now: u64) {
+        self.by_key
+            .lock()
+            .retain(|_, l| l.refilling || l.live(now) || now < l.known_until);
+    }
+
+    /// Takes every unspent unit of a running window out of the leases, to give back to Redis.
+    pub fn drain(&self, now: u64) -> Vec<Unspent> {
+        let mut by_key = self.by_key.lock();
+        let mut out = Vec::new();
+        for (key, lease) in by_key.iter_mut() {
+            if lease.live(now) && lease.units > 0 {
+                out.push(Unspent {
+                    key: key.to_string(),
+                    params: lease.params,
+                    units: std::mem::take(&mut lease.units),
+                    mark: lease.mark,
+                });
+            }
+        }
+        out
+    }
+}
