@@ -237,6 +237,10 @@ pub struct ServeArgs {
     /// connections for good; 0 = one per available core.
     #[arg(long, env = "TOLLGATE_SERVING_THREADS", default_value_t = 0)]
     pub serving_threads: usize,
+    /// Redis Cluster: answer requests that charge nothing (every descriptor's cost 0) from
+    /// replicas; requests that charge always go to the primaries.
+    #[arg(long, env = "TOLLGATE_READ_REPLICAS")]
+    pub read_replicas: bool,
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,

@@ -209,6 +209,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     ClockArg::Local => ClockSource::Local(Arc::new(SystemClock)),
                 },
                 local_cache_size: args.local_cache_size,
+                read_replicas: args.read_replicas,
                 metrics,
                 ca_file: args.redis_ca_file.clone(),
                 client_cert: args

@@ -195,6 +195,7 @@ pub struct Metrics {
     pub memory_evictions: Counter,
     pub lease_takes: Counter,
     pub lease_local: Counter,
+    pub replica_reads: Counter,
     domains: RwLock<HashMap<String, Arc<DomainMetrics>>>,
 }
 
@@ -327,6 +328,12 @@ impl Metrics {
             "Charges of leased shared limits answered from this instance's lease, without Redis",
             lease_local.clone(),
         );
+        let replica_reads = Counter::default();
+        registry.register(
+            "tollgate_replica_reads",
+            "Requests that charged nothing, answered from Redis replicas (--read-replicas)",
+            replica_reads.clone(),
+        );
         // Every policy and reload result shows from the start, at 0.
         for policy in ["error", "allow", "deny", "local"] {
             drop(store_failures.get_or_create(&PolicyLabels {
@@ -356,6 +363,7 @@ impl Metrics {
             memory_evictions,
             lease_takes,
             lease_local,
+            replica_reads,
             domains: RwLock::new(HashMap::new()),
         }
     }

@@ -96,6 +96,11 @@ fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(),
         }
         limits.push(Arc::new(limit));
     }
+    if limits.iter().filter(|l| l.shared).count() > 1 && limits.iter().any(|l| l.lease > 0) {
+        return Err(at(
+            "lease: a rule with more than one shared limit cannot lease them (one script call decides them together); give the leased limit a rule of its own",
+        ));
+    }
     let metadata = match raw.metadata {
         None => None,
         Some(m) => match serde_json::to_value(&m) {

@@ -251,6 +251,21 @@ async fn stopping_gives_leases_back(kind: StoreKind) {
     assert_eq!(used_in_redis(kind, &prefix, &clock).await, 3, "{name}");
 }
 
+/// One instance alone admits exactly the limit: near the end, when Redis cannot cover a
+/// top-up, what its lease holds is spent, not stranded.
+async fn one_instance_spends_its_whole_lease(kind: StoreKind) {
+    let name = kind.name();
+    let clock = ManualClock::new(T0_US);
+    let prefix = unique_prefix();
+    let a = instance(kind, &prefix, &clock, true).await;
+    let mut admitted = 0;
+    for t in 0..GLOBAL as usize + 10 {
+        admitted += burst(&[&a], &[(t, false)]).await;
+    }
+    assert_eq!(admitted, GLOBAL, "{name}: admitted");
+    assert_eq!(used_in_redis(kind, &prefix, &clock).await, GLOBAL, "{name}");
+}
+
 /// Runs `suite` on a single Redis node and on the cluster, each on a thread of its own.
 fn on_redis_stores<F, Fut>(suite: F)
 where
@@ -286,4 +301,9 @@ fn a_lease_never_outlives_its_window() {
 #[test]
 fn a_stopped_server_gives_its_leases_back() {
     on_redis_stores(stopping_gives_leases_back);
+}
+
+#[test]
+fn one_instance_alone_admits_exactly_the_limit() {
+    on_redis_stores(one_instance_spends_its_whole_lease);
 }

@@ -9,7 +9,8 @@
 //! - `differential`: random configs and requests on memory and Redis, identical answers;
 //! - `holes`: regressions for every exactness hole found from outside;
 //! - `concurrency`: two tollgate instances on one Redis Cluster stay exact;
-//! - `lease`: leased shared limits (`lease: N`) on two instances never over-admit.
+//! - `lease`: leased shared limits (`lease: N`) on two instances never over-admit;
+//! - `replicas`: `--read-replicas` answers check-only requests from cluster replicas.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -23,3 +24,4 @@ mod holes;
 mod lease;
 mod matching;
 mod model;
+mod replicas;

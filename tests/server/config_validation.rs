@@ -413,6 +413,18 @@ descriptors:
         line: None,
     },
     Bad {
+        name: "lease beside another shared limit of the rule",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: minute, requests_per_unit: 100, shared: true, lease: 10}
+      - {unit: hour, requests_per_unit: 1000, shared: true}
+",
+        want: "'d.k': lease: a rule with more than one shared limit cannot lease them",
+        line: None,
+    },
+    Bad {
         name: "lease with overdraft",
         yaml: "domain: d
 descriptors:

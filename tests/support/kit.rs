@@ -132,6 +132,8 @@ pub struct RedisSetup {
     pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// Where the store counts (round trips, leases).
     pub metrics: Arc<tollgate::metrics::Metrics>,
+    /// `--read-replicas`.
+    pub read_replicas: bool,
 }
 
 impl RedisSetup {
@@ -147,6 +149,7 @@ impl RedisSetup {
             ca_file: None,
             client_cert: None,
             metrics: Arc::default(),
+            read_replicas: false,
         }
     }
 
@@ -162,6 +165,7 @@ impl RedisSetup {
                 clock: self.clock,
                 local_cache_size: self.local_cache_size,
                 metrics: self.metrics,
+                read_replicas: self.read_replicas,
                 ca_file: self.ca_file,
                 client_cert: self.client_cert,
             },

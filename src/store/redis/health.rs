@@ -82,6 +82,17 @@ impl Inner {
         if now && (!was || ticks.is_multiple_of(EVICTION_EVERY_TICKS)) {
             self.check_eviction_policy().await;
         }
+        if now && self.opts.read_replicas {
+            // fred routes to the replicas its copy of CLUSTER SLOTS names, and a primary lists
+            // a replica there only once the replica has acknowledged some replication: until
+            // fred knows of any, re-read the topology (reads go to primaries meanwhile).
+            for client in self.clients() {
+                if client.replicas().nodes().is_empty() {
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), client.sync_cluster()).await;
+                }
+            }
+        }
         match &probed {
             Ok(()) if !was => tracing::info!("redis reachable"),
             Err(reason) if was => tracing::warn!(%reason, "redis unreachable"),

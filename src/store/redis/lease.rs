@@ -14,8 +14,11 @@
 //! A charge that a denied request takes back returns to the lease it came from (its window
 //! still running), so all-or-nothing holds as before. `remaining` for a leased charge is what
 //! Redis had left after this instance's last lease, plus the units this instance still holds.
-//! Only one top-up per key is in flight on an instance: while it is, other requests are
-//! decided by Redis exactly, so a burst cannot make one instance hoard the limit.
+//! A lease is topped up (to N) by the request that finds it empty or below N/2, one top-up
+//! per key in flight on an instance: meanwhile the others spend what it still holds, and
+//! those it cannot cover are decided by Redis exactly, so a burst cannot make one instance
+//! hoard the limit. When Redis cannot cover a top-up, what the lease holds is spent first.
+//! A lease whose limit changed (a config reload) is void.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,6 +78,18 @@ pub struct Unspent {
 }
 
 impl Lease {
+    fn empty(params: LimitParams, now: u64) -> Lease {
+        Lease {
+            units: 0,
+            mark: 0,
+            until: now,
+            remaining: 0,
+            known_until: now,
+            params,
+            refilling: false,
+        }
+    }
+
     fn live(&self, now: u64) -> bool {
         now < self.until
     }
@@ -122,21 +137,54 @@ impl Leases {
     }
 
     /// Decides a leased group from the leases when they cover every charge; else says how to
-    /// ask Redis.
-    pub fn spend(&self, g: &Group, specs: &[Spec<'_>], now: u64) -> Lean {
+    /// ask Redis. A single charge whose lease is empty or below half its size is sent with a
+    /// top-up (`may_top_up`), unless one is in flight or Redis last said nothing is left: then
+    /// what the lease holds is spent first.
+    pub fn spend(&self, g: &Group, specs: &[Spec<'_>], now: u64, may_top_up: bool) -> Lean {
         let mut by_key = self.by_key.lock();
-        let mut answer = Vec::with_capacity(g.charges.len());
-        let mut covered = true;
         for &ci in &g.charges {
             let s = &specs[ci];
-            let Some(lease) = by_key.get_mut(s.key.as_ref()).filter(|l| l.live(now)) else {
-                covered = false;
-                break;
-            };
-            if lease.units < s.cost.max(1) {
-                covered = false;
-                break;
+            if let Some(lease) = by_key.get_mut(s.key.as_ref()) {
+                if lease.params != s.params {
+                    // The limit changed (a reload): the lease is void. Its units stay counted
+                    // until its window ends.
+                    *lease = Lease::empty(s.params, now);
+                }
             }
+        }
+        if let ([ci], true) = (&g.charges[..], may_top_up) {
+            let s = &specs[*ci];
+            let lease = by_key
+                .entry(s.key.as_ref().into())
+                .or_insert_with(|| Lease::empty(s.params, now));
+            let held = if lease.live(now) { lease.units } else { 0 };
+            let low = held < s.cost.max(1) || held < s.lease / 2;
+            let left = if now < lease.known_until {
+                lease.remaining.saturating_sub(s.cost)
+            } else {
+                u64::MAX
+            };
+            let top = s.lease.saturating_sub(held).min(left);
+            if low && top > 0 && !lease.refilling {
+                lease.refilling = true;
+                return Lean::TopUp(top);
+            }
+        }
+        let mut answer: GroupAnswer = Vec::with_capacity(g.charges.len());
+        for &ci in &g.charges {
+            let s = &specs[ci];
+            let lease = by_key
+                .get_mut(s.key.as_ref())
+                .filter(|l| l.live(now) && l.units >= s.cost.max(1));
+            let Some(lease) = lease else {
+                // Not covered: put back what was spent; Redis decides the group exactly.
+                for (&ci, (_, landing)) in g.charges.iter().zip(&answer) {
+                    if let Some(lease) = by_key.get_mut(specs[ci].key.as_ref()) {
+                        lease.units += landing.added;
+                    }
+                }
+                return Lean::Exact;
+            };
             lease.units -= s.cost;
             let landing = Landing {
                 added: s.cost,
@@ -144,55 +192,10 @@ impl Leases {
             };
             answer.push((lease.outcome(true, now), landing));
         }
-        let single = match g.charges[..] {
-            [ci] => Some(&specs[ci]),
-            _ => None,
-        };
-        if covered {
-            let lease = &by_key[specs[g.charges[0]].key.as_ref()];
-            // Below half its size, a lease is topped up by the request that found it so (one
-            // round trip for that request), so the others keep spending from it meanwhile.
-            let low = single.is_some_and(|s| !lease.refilling && lease.units < s.lease / 2);
-            if !low {
-                let left = lease.until.saturating_sub(now);
-                let script_now = lease.mark.saturating_sub(left) as i64;
-                return Lean::Local(answer, script_now);
-            }
-        }
-        // Not covered (or low): put back what was spent, then top up a single charge's lease.
-        for (&ci, (_, landing)) in g.charges.iter().zip(&answer) {
-            if let Some(lease) = by_key.get_mut(specs[ci].key.as_ref()) {
-                lease.units += landing.added;
-            }
-        }
-        let Some(s) = single else {
-            return Lean::Exact;
-        };
-        let lease = by_key.entry(s.key.as_ref().into()).or_insert(Lease {
-            units: 0,
-            mark: 0,
-            until: now,
-            remaining: 0,
-            known_until: now,
-            params: s.params,
-            refilling: false,
-        });
-        if lease.refilling {
-            return Lean::Exact;
-        }
-        let left = if now < lease.known_until {
-            lease.remaining.saturating_sub(s.cost)
-        } else {
-            u64::MAX
-        };
-        // Up to the lease's size: what a live lease still holds stays in it.
-        let held = if lease.live(now) { lease.units } else { 0 };
-        let top = s.lease.saturating_sub(held).min(left);
-        if top == 0 {
-            return Lean::Exact;
-        }
-        lease.refilling = true;
-        Lean::TopUp(top)
+        let lease = &by_key[specs[g.charges[0]].key.as_ref()];
+        let left = lease.until.saturating_sub(now);
+        let script_now = lease.mark.saturating_sub(left) as i64;
+        Lean::Local(answer, script_now)
     }
 
     /// Records Redis's answer to a top-up of `top` units (`None`: the call failed) sent at
@@ -244,10 +247,12 @@ impl Leases {
             if !u.take_back {
                 continue;
             }
-            if let Some(lease) = by_key
-                .get_mut(specs[ci].key.as_ref())
-                .filter(|l| l.live(now) && l.mark == u.landing.mark.0)
-            {
+            // Back to the lease it came from (its window still running), as long as that keeps
+            // the lease within its size; else Redis takes it back.
+            let size = specs[ci].lease;
+            if let Some(lease) = by_key.get_mut(specs[ci].key.as_ref()).filter(|l| {
+                l.live(now) && l.mark == u.landing.mark.0 && l.units + u.amount() <= size
+            }) {
                 lease.units += u.amount();
                 u.take_back = false;
             }

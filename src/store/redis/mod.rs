@@ -37,7 +37,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::config::{ClusterDiscoveryPolicy, Config, Options, ReconnectPolicy};
+use fred::types::config::{
+    ClusterDiscoveryPolicy, Config, Options, ReconnectPolicy, ReplicaConfig,
+};
 use fred::util::redis_keyslot;
 use futures::future::join_all;
 use parking_lot::Mutex;
@@ -98,6 +100,8 @@ pub struct RedisOptions {
     pub ca_file: Option<PathBuf>,
     /// TLS: present this client certificate and key (PEM) for mutual TLS.
     pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Redis Cluster: answer requests that charge nothing (every cost 0) from replicas.
+    pub read_replicas: bool,
 }
 
 pub struct RedisStore {
@@ -345,6 +349,12 @@ impl RedisStore {
         }
         let host = url::first_host(&opts.url);
         let clustered = config.server.is_clustered();
+        if opts.read_replicas && !clustered {
+            return Err(
+                "--read-replicas needs a redis-cluster:// URL (replicas are found from the cluster's topology)"
+                    .into(),
+            );
+        }
         // fred's default `fail_fast` gives up on the first connection attempt and never
         // reconnects when Redis was down at start; commands fail fast per call instead.
         config.fail_fast = false;
@@ -360,6 +370,14 @@ impl RedisStore {
             // ASK handling sends the command back to the source; see `migration`). fred still
             // re-reads the topology on MOVED. 0 here, since 0 per call means "the default".
             max_redirections: 0,
+            // Replica connections open on first use; a replica that cannot be reached falls
+            // back to its primary.
+            replica: ReplicaConfig {
+                lazy_connections: true,
+                ignore_reconnection_errors: true,
+                primary_fallback: true,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let recipe = Recipe {
@@ -567,7 +585,7 @@ impl Inner {
         let specs = &call.placed.specs;
         let metrics = &self.opts.metrics;
         match mode {
-            Mode::Decide => match self.leases.spend(g, specs, self.leases.now()) {
+            Mode::Decide => match self.leases.spend(g, specs, self.leases.now(), true) {
                 Lean::Local(answer, now) => {
                     metrics.lease_local.inc_by(answer.len() as u64);
                     return Ok(script::Reply { now, answer });
@@ -593,8 +611,16 @@ impl Inner {
                             reply.answer = vec![own];
                             return Ok(reply);
                         }
-                        // Not enough left for the lease too: decide the request exactly.
-                        _ => {}
+                        // Not enough left for the top-up too: spend what the lease holds,
+                        // else decide the request exactly.
+                        _ => {
+                            if let Lean::Local(answer, now) =
+                                self.leases.spend(g, specs, self.leases.now(), false)
+                            {
+                                metrics.lease_local.inc_by(answer.len() as u64);
+                                return Ok(script::Reply { now, answer });
+                            }
+                        }
                     }
                 }
                 Lean::Exact => {}
@@ -661,6 +687,45 @@ impl Inner {
         parsed
     }
 
+    /// Answers a request that charges nothing from replicas: every group a dry run. `None`
+    /// when a replica could not answer (the caller asks the primaries).
+    async fn ask_replicas(&self, call: &Call<'_>) -> Option<Decided> {
+        let placed = call.placed;
+        let quota = placed.quota_descriptors;
+        let client = self.client();
+        let options = self.call_options();
+        let replies = join_all(placed.groups.iter().map(|g| {
+            let (client, options) = (&client, &options);
+            async move {
+                let (keys, args) = args(g, &placed.specs, &call.now, Mode::DryRun, quota, &[]);
+                let started = std::time::Instant::now();
+                let reply = script::eval_replica(client, options, &self.script, keys, args).await;
+                self.opts
+                    .metrics
+                    .store_duration(StoreOp::Decide, started.elapsed().as_secs_f64());
+                reply
+                    .and_then(|r| unpack(&r))
+                    .and_then(|r| parse_reply(g, &r))
+            }
+        }))
+        .await;
+        let mut protocol = Protocol::new(placed, false);
+        for (gi, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(r) => protocol.record(gi, r.answer),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a replica could not answer; asking the primaries");
+                    return None;
+                }
+            }
+        }
+        self.opts.metrics.replica_reads.inc();
+        Some(Decided {
+            outcomes: protocol.into_outcomes(),
+            leftovers: Vec::new(),
+        })
+    }
+
     /// Decides the request by the protocol. On an error, takes back what landed and reports
     /// the error.
     async fn decide(
@@ -675,6 +740,16 @@ impl Inner {
             now: self.now_arg(),
             retry_until: deadline,
         };
+        if self.opts.read_replicas
+            && !mode.count_rejected
+            && placed.specs.iter().all(|s| s.cost == 0)
+        {
+            // Charges nothing: a dry run on replicas answers it (a replica that fails sends
+            // it back to the primaries, below).
+            if let Some(decided) = Box::pin(self.ask_replicas(&call)).await {
+                return Ok(decided);
+            }
+        }
         if dry_first {
             // A limit is known exhausted: evaluate everything without charging, and answer
             // from that unless the cache was stale.

@@ -141,6 +141,43 @@ pub async fn eval<R: FromValue>(
     }
 }
 
+/// `EVALSHA` on a replica of the keys' primary (fred's replica routing, with `READONLY`),
+/// loading the script on every replica on NOSCRIPT (Redis does not replicate the script cache).
+/// Any other failure is the caller's to handle (it asks the primaries).
+pub async fn eval_replica(
+    client: &Client,
+    options: &Options,
+    script: &Script,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+) -> Result<Value, StoreError> {
+    let replicas = client.with_options(options).replicas();
+    let first: Result<Value, Error> = replicas
+        .evalsha(&script.sha, keys.clone(), args.clone())
+        .await;
+    match first {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            for primary in client.replicas().nodes().into_values() {
+                // Round-robin over the primary's replicas: one load per replica of it.
+                let to = Options {
+                    cluster_node: Some(primary),
+                    ..options.clone()
+                };
+                let _: Result<Value, Error> = client
+                    .with_options(&to)
+                    .replicas()
+                    .script_load(script.lua)
+                    .await;
+            }
+            replicas
+                .evalsha(&script.sha, keys, args)
+                .await
+                .map_err(|e| StoreError(format!("redis replica: {e}")))
+        }
+        other => other.map_err(|e| StoreError(format!("redis replica: {e}"))),
+    }
+}
+
 /// KEYS and ARGV for one group: `now`, then every other number packed (see the script).
 /// `undo` (refund mode) is per charge of the group.
 pub fn args(
