@@ -22,16 +22,6 @@ cargo build --release --quiet --workspace --bins
 TG=target/release/tollgate
 BENCH=target/release/tollgate-bench
 
-start_redis() { # port [extra args...]
-  local port=$1; shift
-  mkdir -p "$WORK/r$port"
-  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK/r$port" \
-    --logfile "$WORK/r$port/log" "$@" &
-  PIDS+=($!)
-  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
-  echo "redis on $port did not start" >&2; exit 1
-}
-
 redis_cpu() { # per port: used_cpu_user+sys
   for p in "$@"; do
     redis-cli -p "$p" info cpu | awk -F: '/used_cpu_(user|sys):/{s+=$2} END{printf "%s ", s}'
@@ -89,13 +79,5 @@ series() { # store-name ports url
 SINGLE=$(free_port); start_redis "$SINGLE"
 series "single Redis" "$SINGLE" "redis://127.0.0.1:$SINGLE"
 
-CLUSTER=()
-for _ in 1 2 3; do
-  p=$(free_port); start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf"
-  CLUSTER+=("$p")
-done
-redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER[@]}") --cluster-yes >/dev/null
-for p in "${CLUSTER[@]}"; do
-  for _ in $(seq 100); do redis-cli -p "$p" cluster info | grep -q cluster_state:ok && break; sleep 0.1; done
-done
+start_cluster
 series "3-primary cluster" "${CLUSTER[*]}" "redis-cluster://127.0.0.1:${CLUSTER[0]}"

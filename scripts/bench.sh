@@ -40,33 +40,9 @@ print(float(d["used_cpu_user"]) + float(d["used_cpu_sys"]) + float(sys.argv[1]))
   echo "$total"
 }
 
-wait_ping() {
-  for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
-  echo "redis on $1 did not start" >&2; exit 1
-}
-
-start_redis() { # port [extra args...]
-  local port=$1; shift
-  mkdir -p "$WORK/r$port"
-  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK/r$port" \
-    --logfile "$WORK/r$port/log" "$@" &
-  PIDS+=($!)
-  wait_ping "$port"
-}
-
 echo "starting redis single node and a 3-primary cluster..." >&2
 SINGLE=$(free_port); start_redis "$SINGLE"
-CLUSTER=()
-for _ in 1 2 3; do
-  p=$(free_port); start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf"
-  CLUSTER+=("$p")
-done
-redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER[@]}") --cluster-yes >/dev/null
-for p in "${CLUSTER[@]}"; do
-  for _ in $(seq 100); do
-    redis-cli -p "$p" cluster info | grep -q cluster_state:ok && break; sleep 0.1
-  done
-done
+start_cluster
 
 start_tollgate() { # name [serve args...]: sets TG_PID and TG_PORT
   local name=$1; shift

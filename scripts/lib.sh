@@ -33,6 +33,32 @@ cleanup() {
   rm -rf "$WORK"
 }
 
+# Starts redis-server on port $1 (more args after it) under $WORK, adds it to PIDS, waits for it.
+start_redis() {
+  local port=$1; shift
+  mkdir -p "$WORK/r$port"
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK/r$port" \
+    --logfile "$WORK/r$port/log" "$@" &
+  PIDS+=($!)
+  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "redis on $port did not start" >&2; exit 1
+}
+
+# Starts a 3-primary Redis Cluster on free ports (start_redis) and waits until it is ok; its
+# ports are left in CLUSTER.
+start_cluster() {
+  CLUSTER=()
+  local p
+  for _ in 1 2 3; do
+    p=$(free_port); start_redis "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf"
+    CLUSTER+=("$p")
+  done
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER[@]}") --cluster-yes >/dev/null
+  for p in "${CLUSTER[@]}"; do
+    for _ in $(seq 100); do redis-cli -p "$p" cluster info | grep -q cluster_state:ok && break; sleep 0.1; done
+  done
+}
+
 # Fails with a clear message unless every named command is on the PATH.
 need() {
   for bin in "$@"; do

@@ -16,7 +16,9 @@ use tollgate::settings::Settings;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::Store;
 
-use crate::support::kit::{limiter, redis_url, unique_prefix, wait_ready, RedisSetup, StoreKind};
+use crate::support::kit::{
+    for_stores, limiter, redis_url, unique_prefix, wait_ready, RedisSetup, StoreKind,
+};
 use crate::support::server::{
     self as common, bounded, descriptor, request, start_with_store, OK, OVER_LIMIT, T0_US,
 };
@@ -266,26 +268,13 @@ async fn one_instance_spends_its_whole_lease(kind: StoreKind) {
     assert_eq!(used_in_redis(kind, &prefix, &clock).await, GLOBAL, "{name}");
 }
 
-/// Runs `suite` on a single Redis node and on the cluster, each on a thread of its own.
+/// Runs `suite` on a single Redis node and on the cluster (the memory store has no leases).
 fn on_redis_stores<F, Fut>(suite: F)
 where
     F: Fn(StoreKind) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = ()>,
 {
-    for kind in [StoreKind::Redis, StoreKind::Cluster] {
-        let suite = suite.clone();
-        let run = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(suite(kind))
-        });
-        if run.join().is_err() {
-            panic!("[{}] failed (its panic is above)", kind.name());
-        }
-    }
+    for_stores(&[StoreKind::Redis, StoreKind::Cluster], suite)
 }
 
 #[test]

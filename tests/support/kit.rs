@@ -238,8 +238,17 @@ where
     F: Fn(StoreKind) -> Fut + Send + Sync + Clone + 'static,
     Fut: Future<Output = ()>,
 {
+    for_stores(&StoreKind::ALL, suite)
+}
+
+/// [`for_every_store`] over `kinds` only.
+pub fn for_stores<F, Fut>(kinds: &[StoreKind], suite: F)
+where
+    F: Fn(StoreKind) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = ()>,
+{
     let mut failures = Vec::new();
-    for kind in StoreKind::ALL {
+    for &kind in kinds {
         let suite = suite.clone();
         let run = std::thread::spawn(move || {
             tokio::runtime::Builder::new_multi_thread()
