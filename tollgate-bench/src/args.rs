@@ -81,6 +81,10 @@ pub struct BenchArgs {
         value_parser = duration_arg
     )]
     pub timeout: Duration,
+    /// Threads the generator runs on; 0 = one per core. On a box it shares with the server
+    /// it measures, `--threads 1` leaves the other cores to the server (and its Redis).
+    #[arg(long, env = "TOLLGATE_BENCH_THREADS", default_value_t = 0)]
+    pub threads: usize,
     /// Print one JSON object instead of the table.
     #[arg(long, env = "TOLLGATE_BENCH_JSON")]
     pub json: bool,

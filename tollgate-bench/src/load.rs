@@ -7,10 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tonic::transport::{Channel, Endpoint};
+use bytes::{BufMut, Bytes, BytesMut};
+use h2::client::SendRequest;
+use http::header::{CONTENT_TYPE, TE};
+use http::{Request, Uri};
+use prost::Message;
+use tokio::net::TcpStream;
+use tonic::Code;
 
-use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::pb::rls::RateLimitRequest;
+use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 
 use crate::keys::{KeyChoice, SplitMix64};
 use crate::progress::Progress;
@@ -18,8 +23,15 @@ use crate::schedule::Window;
 use crate::tally::{status_name, Outcome, TIMEOUT};
 use crate::template::RequestTemplate;
 
-/// One gRPC client per HTTP/2 connection.
-pub type Client = RateLimitServiceClient<Channel>;
+/// One HTTP/2 connection, shared by every worker that sends on it. Calls go straight to `h2`
+/// (no tower buffer, no per-call tasks): the generator shares the box with the server it
+/// measures, and every CPU cycle it spends is one the server does not get, and shows up in
+/// the latency it reports.
+#[derive(Debug, Clone)]
+pub struct Client {
+    send: SendRequest<Bytes>,
+    uri: Uri,
+}
 
 /// What every worker and call shares.
 #[derive(Debug)]
@@ -63,28 +75,129 @@ impl Load {
     }
 }
 
+/// gRPC's path of `ShouldRateLimit`.
+const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
 /// Sends `req` and waits for the answer, at most `timeout`.
 pub async fn call(client: &mut Client, req: RateLimitRequest, timeout: Duration) -> Outcome {
-    match tokio::time::timeout(timeout, client.should_rate_limit(req)).await {
+    match tokio::time::timeout(timeout, client.call(req)).await {
         Err(_) => Outcome::Error(TIMEOUT),
-        Ok(Err(status)) => Outcome::Error(status_name(status.code())),
-        Ok(Ok(resp)) => Outcome::of_code(resp.get_ref().overall_code),
+        Ok(outcome) => outcome,
     }
 }
 
-/// One client per HTTP/2 connection: each `connect` opens its own.
+impl Client {
+    /// One unary gRPC call: headers, one length-prefixed message, then the answer's message
+    /// and its `grpc-status` (in the trailers, or in the headers of a trailers-only answer).
+    /// A broken connection or stream counts as `UNAVAILABLE`, as a gRPC client reports it.
+    async fn call(&mut self, req: RateLimitRequest) -> Outcome {
+        let unavailable = Outcome::Error(status_name(Code::Unavailable));
+        let mut body = BytesMut::with_capacity(5 + req.encoded_len());
+        body.put_u8(0);
+        body.put_u32(req.encoded_len() as u32);
+        if req.encode(&mut body).is_err() {
+            return Outcome::Error(status_name(Code::Internal));
+        }
+        let Ok(mut send) = self.send.clone().ready().await else {
+            return unavailable;
+        };
+        let head = match Request::post(self.uri.clone())
+            .header(CONTENT_TYPE, "application/grpc")
+            .header(TE, "trailers")
+            .body(())
+        {
+            Ok(head) => head,
+            Err(_) => return Outcome::Error(status_name(Code::Internal)),
+        };
+        let Ok((answer, mut stream)) = send.send_request(head, false) else {
+            return unavailable;
+        };
+        if stream.send_data(body.freeze(), true).is_err() {
+            return unavailable;
+        }
+        let Ok(answer) = answer.await else {
+            return unavailable;
+        };
+        if let Some(code) = grpc_status(answer.headers()) {
+            if code != Code::Ok {
+                return Outcome::Error(status_name(code));
+            }
+        }
+        let mut body = answer.into_body();
+        let mut message = BytesMut::new();
+        while let Some(chunk) = body.data().await {
+            let Ok(chunk) = chunk else { return unavailable };
+            let _ = body.flow_control().release_capacity(chunk.len());
+            message.extend_from_slice(&chunk);
+        }
+        let code = match body.trailers().await {
+            Ok(Some(trailers)) => grpc_status(&trailers),
+            Ok(None) => None,
+            Err(_) => return unavailable,
+        };
+        match code {
+            Some(Code::Ok) => {}
+            Some(code) => return Outcome::Error(status_name(code)),
+            None if message.is_empty() => return Outcome::Error(status_name(Code::Unknown)),
+            None => {}
+        }
+        if message.len() < 5 || message[0] != 0 {
+            return Outcome::Error(status_name(Code::Internal));
+        }
+        match RateLimitResponse::decode(&message[5..]) {
+            Ok(resp) => Outcome::of_code(resp.overall_code),
+            Err(_) => Outcome::Error(status_name(Code::Internal)),
+        }
+    }
+}
+
+/// The `grpc-status` in `headers`, if there is one.
+fn grpc_status(headers: &http::HeaderMap) -> Option<Code> {
+    let value = headers.get("grpc-status")?;
+    let n: i32 = value.to_str().ok()?.parse().ok()?;
+    Some(Code::from(n))
+}
+
+/// `connections` HTTP/2 connections to `addr` (an `http://host:port` URL), each driven by a
+/// task of its own.
 pub async fn connect(addr: &str, connections: usize) -> anyhow::Result<Vec<Client>> {
-    let endpoint = Endpoint::from_shared(addr.to_string())
-        .with_context(|| format!("--addr '{addr}' is not a URL"))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(5));
+    let base: Uri = addr
+        .parse()
+        .with_context(|| format!("--addr '{addr}' is not a URL"))?;
+    let authority = base
+        .authority()
+        .with_context(|| format!("--addr '{addr}' names no host and port"))?
+        .clone();
+    let target = if authority.port().is_some() {
+        authority.to_string()
+    } else {
+        format!("{}:80", authority.host())
+    };
+    let uri = Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(PATH)
+        .build()
+        .with_context(|| format!("--addr '{addr}' is not a URL"))?;
     let mut clients = Vec::with_capacity(connections);
     for _ in 0..connections {
-        let channel = endpoint
-            .connect()
+        let tcp = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&target))
             .await
+            .map_err(|_| anyhow::anyhow!("connect timed out"))
+            .and_then(|r| r.map_err(anyhow::Error::from))
             .with_context(|| format!("cannot connect to {addr}"))?;
-        clients.push(RateLimitServiceClient::new(channel));
+        tcp.set_nodelay(true)
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        let (send, connection) = h2::client::handshake(tcp)
+            .await
+            .with_context(|| format!("cannot connect to {addr}: HTTP/2 handshake"))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        clients.push(Client {
+            send,
+            uri: uri.clone(),
+        });
     }
     Ok(clients)
 }

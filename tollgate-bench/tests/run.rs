@@ -26,6 +26,7 @@ fn args(addr: String) -> BenchArgs {
         rate: None,
         // Long enough that no answer the server sends is lost to a client timeout.
         timeout: Duration::from_secs(10),
+        threads: 0,
         json: true,
     }
 }
@@ -50,13 +51,13 @@ async fn closed_loop_counts_every_answer() {
         Answered::get(&answered.over_limit),
         "{j}"
     );
-    let unavailable = Answered::get(&answered.unavailable);
+    let exhausted = Answered::get(&answered.exhausted);
     assert_eq!(
-        count(&j["errors_by_code"], "UNAVAILABLE"),
-        unavailable,
+        count(&j["errors_by_code"], "RESOURCE_EXHAUSTED"),
+        exhausted,
         "{j}"
     );
-    assert_eq!(count(&j, "errors"), unavailable, "{j}");
+    assert_eq!(count(&j, "errors"), exhausted, "{j}");
     assert_eq!(count(&j, "requests"), answered.total(), "{j}");
     assert!(count(&j, "requests") > 0, "{j}");
     assert!(Answered::get(&answered.max_key) < 10, "keys stay in 0..10");
@@ -127,4 +128,34 @@ async fn an_unreachable_server_is_an_error_naming_it() {
     drop(listener);
     let e = run(&args(addr.clone())).await.unwrap_err();
     assert!(format!("{e:#}").contains(&addr), "{e:#}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn closed_loop_on_one_thread_counts_every_answer() {
+    // `--threads 1` runs everything, connections included, on one current-thread runtime.
+    let (addr, answered) = fake_rls::start(Duration::ZERO).await;
+    let j = run_json(&args(addr)).await;
+    assert!(count(&j, "requests") > 0, "{j}");
+    assert_eq!(count(&j, "requests"), answered.total(), "{j}");
+    assert_eq!(count(&j, "ok"), Answered::get(&answered.ok), "{j}");
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_speak_http2_fails_every_call_as_unavailable() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        }
+    });
+    let j = run_json(&args(addr)).await;
+    assert!(count(&j, "requests") > 0, "{j}");
+    assert_eq!(count(&j, "ok") + count(&j, "over_limit"), 0, "{j}");
+    assert_eq!(
+        count(&j["errors_by_code"], "UNAVAILABLE"),
+        count(&j, "requests"),
+        "{j}"
+    );
 }

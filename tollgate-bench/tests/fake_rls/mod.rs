@@ -1,7 +1,7 @@
 //! A stand-in RLS server on a real loopback socket, shared by the end-to-end tests.
 //!
 //! Key `k` (the first descriptor entry's value) is answered OK when even, OVER_LIMIT when
-//! odd, and UNAVAILABLE when it ends in 9; every answer takes `delay`. The server counts
+//! odd, and RESOURCE_EXHAUSTED (a gRPC error, trailers-only) when it ends in 9; every answer takes `delay`. The server counts
 //! what it answered, so a test can compare the report with the server's own numbers
 //! instead of with the clock.
 
@@ -18,7 +18,7 @@ use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 pub struct Answered {
     pub ok: AtomicU64,
     pub over_limit: AtomicU64,
-    pub unavailable: AtomicU64,
+    pub exhausted: AtomicU64,
     /// The largest key number any request carried.
     pub max_key: AtomicU64,
 }
@@ -29,7 +29,7 @@ impl Answered {
     }
 
     pub fn total(&self) -> u64 {
-        Self::get(&self.ok) + Self::get(&self.over_limit) + Self::get(&self.unavailable)
+        Self::get(&self.ok) + Self::get(&self.over_limit) + Self::get(&self.exhausted)
     }
 }
 
@@ -55,8 +55,8 @@ impl RateLimitService for FakeRls {
         let a = &self.answered;
         a.max_key.fetch_max(key, Ordering::SeqCst);
         if key % 10 == 9 {
-            a.unavailable.fetch_add(1, Ordering::SeqCst);
-            return Err(tonic::Status::unavailable("down"));
+            a.exhausted.fetch_add(1, Ordering::SeqCst);
+            return Err(tonic::Status::resource_exhausted("down"));
         }
         let code = if key.is_multiple_of(2) {
             a.ok.fetch_add(1, Ordering::SeqCst);
