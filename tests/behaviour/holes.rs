@@ -17,8 +17,8 @@ use tollgate::store::Store;
 use tollgate::validate::Bounds;
 
 use crate::support::kit::{
-    blocking, for_every_store, limiter, redis_cluster, redis_single, store, store_with, AnyStore,
-    RedisSetup, StoreKind,
+    blocking, for_every_store, for_stores, limiter, redis_cluster, redis_single, store, store_with,
+    AnyStore, RedisSetup, StoreKind,
 };
 use crate::support::server::{descriptor, OK, OVER_LIMIT};
 
@@ -687,4 +687,60 @@ async fn formats_never_read_each_other(kind: StoreKind) {
 #[test]
 fn hole_11_formats_never_read_each_other() {
     for_every_store(formats_never_read_each_other);
+}
+
+// --- Keys expire with their window ------------------------------------------------------------
+
+const SHORT_WINDOW: &str = "
+domain: ttl
+descriptors:
+  - key: fw
+    rate_limit: {unit: minute, requests_per_unit: 100}
+";
+
+/// A fixed-window key expires at its window's end plus the slack however often it is charged
+/// (a charge on a live window keeps the key's expiry, `KEEPTTL`), so no key outlives it.
+async fn keys_expire_with_their_window(kind: StoreKind) {
+    // 0.4 s before a minute ends: the key lives 0.4 s + 1 s of slack.
+    let clock = ManualClock::new(T0 + 60 * S - 400_000);
+    let prefix = format!("ttl{}:", kind.name());
+    let st = store_with(kind, &clock, |s| s.key_prefix = prefix.clone()).await;
+    let l = limiter(SHORT_WINDOW, Settings::default(), st);
+    let r = req("ttl", vec![d(&[("fw", "a")])]);
+    ask(&l, &r).await;
+    let pttl = |key: &str, port| -> i64 {
+        let key = key.to_string();
+        blocking(move || cli(kind, port, &["PTTL", &key]))
+            .parse()
+            .expect("PTTL")
+    };
+    let keys = stored_keys(kind, &prefix);
+    assert_eq!(keys.len(), 1, "[{}] {keys:?}", kind.name());
+    let (port, key) = keys[0].clone();
+    let first = pttl(&key, port);
+    assert!(
+        (1..=1_400).contains(&first),
+        "[{}] PTTL {first}",
+        kind.name()
+    );
+    for _ in 0..5 {
+        clock.advance(50_000);
+        assert_eq!(ask(&l, &r).await.overall_code, OK);
+        let now = pttl(&key, port);
+        assert!(
+            (1..=first).contains(&now),
+            "[{}] PTTL {now} after {first}",
+            kind.name()
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(stored_keys(kind, &prefix), vec![], "[{}]", kind.name());
+}
+
+#[test]
+fn fixed_window_keys_expire_with_their_window() {
+    for_stores(
+        &[StoreKind::Redis, StoreKind::Cluster],
+        keys_expire_with_their_window,
+    );
 }
