@@ -12,7 +12,7 @@
 # 64 in flight over 4 connections, all allowed. *per CPU-s* = decisions / CPU seconds of the
 # server process (user + system); *Redis µs/decision* = Redis CPU per decision.
 # TOLLGATE_BENCH_THREADS=1 runs the load generator on one thread (tollgate-bench reads it;
-# unset: one per core).
+# unset: one per core); TOLLGATE_BENCH_BIN runs another tollgate-bench binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -31,7 +31,7 @@ need redis-server redis-cli python3 curl
 echo "building tollgate (release)..." >&2
 cargo build --release --quiet --workspace --bins
 TG=target/release/tollgate
-BENCH=target/release/tollgate-bench
+BENCH=${TOLLGATE_BENCH_BIN:-target/release/tollgate-bench}
 
 REDIS=$(free_port)
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
