@@ -8,6 +8,9 @@
 //! lowers it. (HTTP/2 and protobuf decoding add more per call, outside this path; BENCHMARKS.md
 //! counts those.)
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,13 +18,13 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tollgate::clock::SystemClock;
 use tollgate::config::{compile_sources, LoadOptions};
-use tollgate::pb::common::rate_limit_descriptor::Entry;
-use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
 use tollgate::service::RateLimiter;
 use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
+
+use support::server::req;
 
 struct Counting;
 
@@ -54,26 +57,6 @@ descriptors:
       - key: model
         rate_limit: {unit: hour, requests_per_unit: 1000000000}
 ";
-
-fn request(descriptors: &[&[(&str, String)]]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "bench".into(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).into(),
-                        value: v.clone(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
 
 /// Allocations per decision over `reqs`, after one pass that creates every counter.
 fn per_decision(reqs: &[RateLimitRequest]) -> f64 {
@@ -109,16 +92,22 @@ fn per_decision(reqs: &[RateLimitRequest]) -> f64 {
 
 #[test]
 fn a_decision_allocates_no_more_than_it_did() {
-    let one: Vec<_> = (0..1000)
-        .map(|i| request(&[&[("key", i.to_string())]]))
+    let values: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+    let one: Vec<_> = values
+        .iter()
+        .map(|v| req("bench", &[&[("key", v)]]))
         .collect();
-    let three: Vec<_> = (0..1000)
-        .map(|i| {
-            request(&[
-                &[("key", i.to_string())],
-                &[("tenant", i.to_string())],
-                &[("tenant", i.to_string()), ("model", "gpt".into())],
-            ])
+    let three: Vec<_> = values
+        .iter()
+        .map(|v| {
+            req(
+                "bench",
+                &[
+                    &[("key", v)],
+                    &[("tenant", v)],
+                    &[("tenant", v), ("model", "gpt")],
+                ],
+            )
         })
         .collect();
     let (a, b) = (per_decision(&one), per_decision(&three));

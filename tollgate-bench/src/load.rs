@@ -92,9 +92,10 @@ impl Client {
     /// A broken connection or stream counts as `UNAVAILABLE`, as a gRPC client reports it.
     async fn call(&mut self, req: RateLimitRequest) -> Outcome {
         let unavailable = Outcome::Error(status_name(Code::Unavailable));
-        let mut body = BytesMut::with_capacity(5 + req.encoded_len());
+        let len = req.encoded_len();
+        let mut body = BytesMut::with_capacity(5 + len);
         body.put_u8(0);
-        body.put_u32(req.encoded_len() as u32);
+        body.put_u32(len as u32);
         if req.encode(&mut body).is_err() {
             return Outcome::Error(status_name(Code::Internal));
         }
