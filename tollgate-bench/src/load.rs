@@ -165,6 +165,9 @@ pub async fn connect(addr: &str, connections: usize) -> anyhow::Result<Vec<Clien
     let base: Uri = addr
         .parse()
         .with_context(|| format!("--addr '{addr}' is not a URL"))?;
+    if base.scheme_str() != Some("http") {
+        anyhow::bail!("--addr '{addr}': only http://host:port is supported (plaintext HTTP/2)");
+    }
     let authority = base
         .authority()
         .with_context(|| format!("--addr '{addr}' names no host and port"))?

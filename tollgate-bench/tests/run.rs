@@ -159,3 +159,9 @@ async fn a_server_that_does_not_speak_http2_fails_every_call_as_unavailable() {
         "{j}"
     );
 }
+
+#[tokio::test]
+async fn an_address_that_is_not_plain_http_is_refused() {
+    let e = run(&args("https://127.0.0.1:1".into())).await.unwrap_err();
+    assert!(format!("{e:#}").contains("only http://"), "{e:#}");
+}
