@@ -69,6 +69,8 @@ pub const KEY_FORMAT: &str = "v2:";
 /// How long a decision whose caller has gone keeps waiting for Redis's late replies, to take
 /// back what they charged.
 const LATE_REPLY: Duration = Duration::from_secs(5);
+/// How long a serving thread that stops waits to say QUIT on its connections.
+const QUIT_WAIT: Duration = Duration::from_millis(500);
 
 /// Where "now" comes from for the scripts.
 #[derive(Clone)]
@@ -308,7 +310,11 @@ impl Store for RedisStore {
             .thread_clients
             .lock()
             .retain(|c| c.id() != client.id());
-        let _ = client.quit().await;
+        // A client still connecting would hold QUIT until it connected (or for LATE_REPLY):
+        // dropping the thread's runtime, next, stops it all the same.
+        if client.is_connected() {
+            let _ = tokio::time::timeout(QUIT_WAIT, client.quit()).await;
+        }
         out
     }
 }
@@ -428,12 +434,15 @@ impl RedisStore {
 }
 
 impl Inner {
-    /// The client for a call on this thread: the serving thread's own, else the main one.
+    /// The client for a call on this thread: the serving thread's own once it is connected,
+    /// else the main one. (A thread's client connects in the background when its thread
+    /// starts, and readiness follows the main client: a call that came before the thread's
+    /// client had its cluster routing failed with "Missing cluster routing state".)
     fn client(&self) -> Client {
         THREAD_CLIENTS
             .with_borrow(|c| {
                 c.iter()
-                    .find(|(id, _)| *id == self.id)
+                    .find(|(id, c)| *id == self.id && c.is_connected())
                     .map(|(_, c)| c.clone())
             })
             .unwrap_or_else(|| self.client.clone())
