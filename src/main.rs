@@ -179,12 +179,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     shutdown.on_signals();
     let running = match &args.redis_url {
         None => {
-            let store = Arc::new(
-                MemoryStore::new(Arc::new(SystemClock))
-                    .with_metrics(metrics)
-                    .with_max_bytes(args.max_store_bytes),
-            );
-            server::start(opts, store, shutdown).await?
+            let store = MemoryStore::new(Arc::new(SystemClock))
+                .with_metrics(metrics)
+                .with_max_bytes(args.max_store_bytes);
+            server::start(opts, store.into(), shutdown).await?
         }
         Some(url) => {
             let password = match &args.redis_password_file {
@@ -219,7 +217,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             };
             let store =
                 RedisStore::connect(redis, Arc::new(SystemClock)).map_err(anyhow::Error::msg)?;
-            server::start(opts, Arc::new(store), shutdown).await?
+            server::start(opts, store.into(), shutdown).await?
         }
     };
     running.wait().await

@@ -28,7 +28,7 @@ use crate::service::RateLimiter;
 use crate::serving;
 use crate::settings::Settings;
 use crate::shutdown::Shutdown;
-use crate::store::Store;
+use crate::store::{AnyStore, Store};
 use crate::transport::{self, Connections, Transport};
 
 /// Names under which gRPC health reports the service.
@@ -118,9 +118,21 @@ impl Running {
 
 /// Loads the config, binds both listeners and starts serving. A bad config is an error here;
 /// later, a bad config file only logs and keeps the running config.
-pub async fn start<S: Store>(
+///
+/// Neither generic over the store nor an `async fn` (whose body would be compiled again by
+/// each crate that awaits it), so that this whole server is compiled once, in this crate (see
+/// [`AnyStore`]).
+pub fn start(
     opts: ServerOptions,
-    store: Arc<S>,
+    store: AnyStore,
+    shutdown: Shutdown,
+) -> Pin<Box<dyn Future<Output = anyhow::Result<Running>> + Send>> {
+    Box::pin(start_serving(opts, Arc::new(store), shutdown))
+}
+
+async fn start_serving(
+    opts: ServerOptions,
+    store: Arc<AnyStore>,
     shutdown: Shutdown,
 ) -> anyhow::Result<Running> {
     let sources = read_sources(&opts.config_path, opts.load.files)?;
@@ -270,8 +282,8 @@ pub async fn start<S: Store>(
     })
 }
 
-async fn follow_readiness<S: Store>(
-    store: Arc<S>,
+async fn follow_readiness(
+    store: Arc<AnyStore>,
     shutdown: Shutdown,
     ready: Arc<AtomicBool>,
     reporter: tonic_health::server::HealthReporter,
@@ -306,7 +318,7 @@ async fn follow_readiness<S: Store>(
     }
 }
 
-async fn upkeep<S: Store>(store: Arc<S>, shutdown: Shutdown) {
+async fn upkeep(store: Arc<AnyStore>, shutdown: Shutdown) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => store.maintain().await,

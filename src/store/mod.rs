@@ -1,6 +1,7 @@
 //! Where counters live. A store executes a plan's charges atomically (all-or-nothing, see
 //! [`crate::algorithm::batch`]) and answers a [`ChargeOutcome`] per charge.
 
+mod any;
 pub mod memory;
 pub mod placement;
 pub mod protocol;
@@ -10,6 +11,7 @@ use std::future::Future;
 
 pub use crate::decision::ChargeOutcome;
 use crate::plan::Plan;
+pub use any::{AnyStore, DynStore};
 
 /// Why a store could not decide. Maps to the configured failure policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -387,7 +387,7 @@ async fn hole_6_a_script_that_runs_after_its_deadline_leaves_no_charge() {
     let mut setup = RedisSetup::new(server.url(), &clock);
     setup.timeout = Duration::from_millis(100);
     setup.local_cache_size = 0;
-    let st = Arc::new(AnyStore::Redis(setup.connect()));
+    let st = Arc::new(AnyStore::from(setup.connect()));
     crate::support::kit::wait_ready(st.as_ref()).await;
     let l = Arc::new(limiter(
         LATE,
@@ -444,7 +444,7 @@ async fn hole_6_a_cancelled_call_neither_strands_its_batch_nor_keeps_a_charge() 
     let clock = ManualClock::new(T0 + 10 * S);
     let mut setup = RedisSetup::new(server.url(), &clock);
     setup.local_cache_size = 0;
-    let st = Arc::new(AnyStore::Redis(setup.connect()));
+    let st = Arc::new(AnyStore::from(setup.connect()));
     crate::support::kit::wait_ready(st.as_ref()).await;
     let l = limiter(LATE, Settings::default(), st);
     let reqs: Vec<_> = (0..8)
@@ -543,7 +543,7 @@ async fn hole_8_the_failure_policy_keeps_shadow_and_quota() {
     let clock = ManualClock::new(T0);
     let mut setup = RedisSetup::new(format!("redis://127.0.0.1:{port}"), &clock);
     setup.timeout = Duration::from_millis(50);
-    let st = Arc::new(AnyStore::Redis(setup.connect()));
+    let st = Arc::new(AnyStore::from(setup.connect()));
     let deny = |global_shadow| Settings {
         failure_mode: FailureMode::Deny,
         global_shadow,

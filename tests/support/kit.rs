@@ -16,12 +16,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::config::{compile_sources, LoadOptions};
-use tollgate::plan::Plan;
 use tollgate::service::RateLimiter;
 use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
-use tollgate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
+pub use tollgate::store::AnyStore;
+use tollgate::store::Store;
 
 use super::redis::{RedisCluster, RedisServer};
 
@@ -42,46 +42,6 @@ impl StoreKind {
             StoreKind::Memory => "memory",
             StoreKind::Redis => "redis",
             StoreKind::Cluster => "cluster",
-        }
-    }
-}
-
-/// Any store behind one type (`Store` returns `impl Future`, so it is not object-safe).
-pub enum AnyStore {
-    Memory(MemoryStore),
-    Redis(RedisStore),
-}
-
-impl Store for AnyStore {
-    async fn apply(
-        &self,
-        plan: &Plan<'_>,
-        mode: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
-        match self {
-            AnyStore::Memory(s) => s.apply(plan, mode).await,
-            AnyStore::Redis(s) => s.apply(plan, mode).await,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            AnyStore::Memory(s) => s.name(),
-            AnyStore::Redis(s) => s.name(),
-        }
-    }
-
-    fn is_ready(&self) -> bool {
-        match self {
-            AnyStore::Memory(s) => s.is_ready(),
-            AnyStore::Redis(s) => s.is_ready(),
-        }
-    }
-
-    async fn maintain(&self) {
-        match self {
-            AnyStore::Memory(s) => s.maintain().await,
-            AnyStore::Redis(s) => s.maintain().await,
         }
     }
 }
@@ -203,11 +163,11 @@ pub async fn store_with(
     adjust: impl FnOnce(&mut RedisSetup),
 ) -> Arc<AnyStore> {
     let store = match redis_url(kind) {
-        None => AnyStore::Memory(MemoryStore::new(Arc::new(clock.clone()))),
+        None => MemoryStore::new(Arc::new(clock.clone())).into(),
         Some(url) => {
             let mut setup = RedisSetup::new(url, clock);
             adjust(&mut setup);
-            AnyStore::Redis(setup.connect())
+            setup.connect().into()
         }
     };
     wait_ready(&store).await;

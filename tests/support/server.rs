@@ -27,7 +27,7 @@ use tollgate::server::{self, Running, ServerOptions};
 use tollgate::settings::Settings;
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::Store;
+use tollgate::store::{AnyStore, Store};
 use tollgate::transport::Transport;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -195,7 +195,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
     };
     let running = bounded(
         "server::start",
-        server::start(server_opts, store, Shutdown::new()),
+        server::start(server_opts, AnyStore::new(store), Shutdown::new()),
     )
     .await
     .expect("server starts");
