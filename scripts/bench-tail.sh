@@ -47,6 +47,7 @@ one() {
   kill "$pid"
   [ -n "$rport" ] && redis-cli -p "$rport" shutdown nosave >/dev/null 2>&1 || true
   wait 2>/dev/null || true
+  PIDS=() # both stopped: cleanup must not signal their (reusable) process ids
   python3 - "$store" "$st" "$gt" "$c0" "$c1" "$lat" "$json" <<'PY'
 import json, sys
 store, st, gt, c0, c1, lat, raw = sys.argv[1:]
