@@ -25,9 +25,14 @@
 -- mark2 (where a refund finds them: fixed window end | sliding granule | token bucket born,
 -- seq).
 --
--- State per key (struct-packed doubles): fixed window <count, end>; sliding window
--- <time, cost>* (oldest first); token bucket <us, frac, born, seq, dropped> then
--- <seq, debt_us, debt_frac>* (tat = us + frac / limit; the debts later charges found).
+-- State per key (struct-packed doubles): fixed window <count, end>; sliding window <total>
+-- then <time, cost>* (oldest first; total is their sum); token bucket <us, frac, born, seq,
+-- dropped> then <seq, debt_us, debt_frac>* (tat = us + frac / limit; the debts later charges
+-- found).
+--
+-- A sliding window's entries stay in their packed string: a decision unpacks the ones it
+-- forgets (from the front) and the newest, and a retry time the ones it waits for, so its
+-- cost does not grow with the granules the window holds (up to 1,000, 16 bytes each).
 --
 -- A batch (many requests' calls in one EVALSHA, each decided on its own as above):
 -- ARGV[1] "B", ARGV[2] the number of calls, then per call: its number of keys, its number of
@@ -181,15 +186,8 @@ local function build()
       end
       return { tat = { us, frac }, born = born, seq = seq, dropped = dropped, hist = hist }
     end
-    local ts, cs, total, pos = {}, {}, 0, 1
-    while pos < #raw do
-      local t, cost
-      t, cost, pos = struct.unpack('<dd', raw, pos)
-      ts[#ts + 1] = t
-      cs[#cs + 1] = cost
-      total = total + cost
-    end
-    return { ts = ts, cs = cs, total = total }
+    -- The entries are log's bytes from off on.
+    return { log = raw, off = 9, total = struct.unpack('<d', raw) }
   end
 
   local function encode(s, c)
@@ -202,9 +200,12 @@ local function build()
       end
       return table.concat(parts)
     end
-    local parts = {}
-    for i = 1, #s.ts do parts[i] = struct.pack('<dd', s.ts[i], s.cs[i]) end
-    return table.concat(parts)
+    return struct.pack('<d', s.total) .. string.sub(s.log, s.off)
+  end
+
+  -- A sliding window's newest entry: time, cost.
+  local function newest(s)
+    return struct.unpack('<dd', s.log, #s.log - 15)
   end
 
   -- Drops what has expired (algorithm::refresh); nil when nothing is live.
@@ -217,17 +218,15 @@ local function build()
       if s.tat[1] < now or (s.tat[1] == now and s.tat[2] == 0) then return nil end
       return s
     end
-    local first = 1
-    while first <= #s.ts and s.ts[first] + c.window <= now do
-      s.total = s.total - s.cs[first]
-      first = first + 1
+    local log, off = s.log, s.off
+    while off <= #log do
+      local t, cost = struct.unpack('<dd', log, off)
+      if t + c.window > now then break end
+      s.total = s.total - cost
+      off = off + 16
     end
-    if first > #s.ts then return nil end
-    if first > 1 then
-      local ts, cs = {}, {}
-      for i = first, #s.ts do ts[#ts + 1] = s.ts[i]; cs[#cs + 1] = s.cs[i] end
-      s.ts, s.cs = ts, cs
-    end
+    if off > #log then return nil end
+    s.off = off
     return s
   end
 
@@ -239,10 +238,8 @@ local function build()
 
   local function copy(s)
     if s == nil then return nil end
-    if s.ts then
-      local ts, cs = {}, {}
-      for i = 1, #s.ts do ts[i] = s.ts[i]; cs[i] = s.cs[i] end
-      return { ts = ts, cs = cs, total = s.total }
+    if s.log then
+      return { log = s.log, off = s.off, total = s.total }
     elseif s.tat then
       local hist = {}
       for i = 1, #s.hist do hist[i] = { seq = s.hist[i].seq, debt = s.hist[i].debt } end
@@ -296,23 +293,25 @@ local function build()
       end
       return s, added, s.born, s.seq
     end
-    if s == nil then s = { ts = {}, cs = {}, total = 0 } end
+    if s == nil then s = { log = '', off = 1, total = 0 } end
     local added = math.min(c.cost, math.max(usage_cap(c) - s.total, 0))
     local g = math.max(math.floor(c.window / 1000), 1000)
-    local at = now
-    local last = #s.ts
-    if last > 0 then at = math.max(now, s.ts[last]) end
+    local at, lt, lc = now, nil, nil
+    if s.off <= #s.log then
+      lt, lc = newest(s)
+      at = math.max(now, lt)
+    end
     local granule = math.floor(at / g)
     if added > 0 then
       s.total = s.total + added
-      if last > 0 and math.floor(s.ts[last] / g) == granule then
-        s.cs[last] = s.cs[last] + added
+      if lt and math.floor(lt / g) == granule then
+        s.log = string.sub(s.log, s.off, -17) .. struct.pack('<dd', lt, lc + added)
       else
-        s.ts[last + 1] = granule * g + g - 1
-        s.cs[last + 1] = added
+        s.log = string.sub(s.log, s.off) .. struct.pack('<dd', granule * g + g - 1, added)
       end
+      s.off = 1
     end
-    if #s.ts == 0 then s = nil end
+    if s.off > #s.log then s = nil end
     return s, added, granule, 0
   end
 
@@ -346,20 +345,25 @@ local function build()
       end
       return s
     end
+    -- Stamps only grow, so the charge's entry is the one of its granule, and a recent one:
+    -- look from the newest.
     local g = math.max(math.floor(c.window / 1000), 1000)
-    for i = 1, #s.ts do
-      if math.floor(s.ts[i] / g) == mark1 then
-        local take = math.min(amount, s.cs[i])
-        s.cs[i] = s.cs[i] - take
+    local log = s.log
+    local pos = #log - 15
+    while pos >= s.off do
+      local t, cost = struct.unpack('<dd', log, pos)
+      if math.floor(t / g) == mark1 then
+        local take = math.min(amount, cost)
         s.total = s.total - take
-        if s.cs[i] == 0 then
-          table.remove(s.ts, i)
-          table.remove(s.cs, i)
-        end
+        local keep = ''
+        if cost > take then keep = struct.pack('<dd', t, cost - take) end
+        s.log = string.sub(log, s.off, pos - 1) .. keep .. string.sub(log, pos + 16)
+        s.off = 1
         break
       end
+      pos = pos - 16
     end
-    if #s.ts == 0 then return nil end
+    if s.off > #s.log then return nil end
     return s
   end
 
@@ -376,7 +380,7 @@ local function build()
       return math.max(s.stop - now, 0)
     end
     if s == nil then return 0 end
-    if c.alg == 's' then return math.max(s.ts[#s.ts] + c.window - now, 0) end
+    if c.alg == 's' then return math.max(newest(s) + c.window - now, 0) end
     return pceil(tdebt(s, c))
   end
 
@@ -386,11 +390,13 @@ local function build()
     if c.alg == 'f' then return math.max(s.stop - now, 0) end
     if c.alg == 's' then
       local need = s.total + k - c.limit
-      local freed, wait = 0, 0
-      for i = 1, #s.ts do
-        freed = freed + s.cs[i]
-        wait = math.max(s.ts[i] + c.window - now, 0)
+      local freed, wait, pos = 0, 0, s.off
+      while pos <= #s.log do
+        local t, cost = struct.unpack('<dd', s.log, pos)
+        freed = freed + cost
+        wait = math.max(t + c.window - now, 0)
         if freed >= need then break end
+        pos = pos + 16
       end
       return wait
     end
@@ -399,7 +405,7 @@ local function build()
 
   local function expires_at(s, c)
     if c.alg == 'f' then return s.stop end
-    if c.alg == 's' then return s.ts[#s.ts] + c.window end
+    if c.alg == 's' then return newest(s) + c.window end
     return pceil(s.tat)
   end
 

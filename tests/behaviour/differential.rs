@@ -345,6 +345,39 @@ async fn run_both(
     Ok(())
 }
 
+/// What a comparison runs on: a Redis store of `kind` (the local over-limit cache off: it has
+/// tests of its own) on one injected clock, and the runtime the requests run on.
+struct Sides {
+    /// Runs the Redis store's background tasks.
+    _runtime: tokio::runtime::Runtime,
+    clock: ManualClock,
+    redis_store: std::sync::Arc<AnyStore>,
+    /// A current-thread runtime, as a serving thread: a request's groups then leave as one
+    /// batch of script calls (see src/store/redis/batch.rs), so the batch layout is held to
+    /// Rust too (a lone group goes as a plain call).
+    serving: tokio::runtime::Runtime,
+}
+
+fn sides(kind: StoreKind) -> Sides {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let clock = ManualClock::new(T0);
+    let redis_store = runtime.block_on(store_with(kind, &clock, |s| s.local_cache_size = 0));
+    let serving = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    Sides {
+        _runtime: runtime,
+        clock,
+        redis_store,
+        serving,
+    }
+}
+
 fn differential(kind: StoreKind) {
     let seed: u64 = std::env::var("TOLLGATE_DIFF_SEED")
         .ok()
@@ -369,22 +402,14 @@ fn differential(kind: StoreKind) {
         config,
         TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
     // One Redis store for every case (each case has a domain of its own, so no counter is
-    // shared); the local over-limit cache is off here: it has tests of its own.
-    let clock = ManualClock::new(T0);
-    let redis_store = runtime.block_on(store_with(kind, &clock, |s| s.local_cache_size = 0));
-    // The cases run on a current-thread runtime, as on a serving thread: a request's groups
-    // then leave as one batch of script calls (see src/store/redis/batch.rs), so the batch
-    // layout is held to Rust too (a lone group goes as a plain call).
-    let serving = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // shared).
+    let Sides {
+        _runtime,
+        clock,
+        redis_store,
+        serving,
+    } = sides(kind);
     let case = std::sync::atomic::AtomicU64::new(0);
     let result = runner.run(&scenario(), |sc| {
         let domain = format!(
@@ -425,4 +450,76 @@ fn lua_and_rust_agree_on_a_single_redis() {
 #[test]
 fn lua_and_rust_agree_on_a_redis_cluster() {
     differential(StoreKind::Cluster);
+}
+
+/// A sliding window that holds a full window of granules — one charge per 60 ms granule of a
+/// minute, so 1,000 live entries — answers on Redis what it answers in Rust. The script keeps
+/// a window's entries packed and reads only the ones a decision needs; this walks each of its
+/// paths at a size the random cases never reach: forgetting from the front, merging into the
+/// newest entry, a retry time deep in the log, and a take-back (a gate that denies).
+fn full_sliding_window(kind: StoreKind) {
+    const GRANULE_US: i64 = 60_000;
+    let one = |key: &str| RateLimitDescriptor {
+        entries: vec![Entry {
+            key: key.into(),
+            value: "a".into(),
+        }],
+        ..RateLimitDescriptor::default()
+    };
+    let req = |descriptors: Vec<RateLimitDescriptor>, hits_addend: u32| RateLimitRequest {
+        domain: String::new(),
+        descriptors,
+        hits_addend,
+    };
+    let mut steps = Vec::new();
+    for i in 0..1_200u32 {
+        steps.push((GRANULE_US, req(vec![one("t")], 1 + i % 3)));
+        if i % 7 == 0 {
+            steps.push((1_000, req(vec![one("t")], 1)));
+        }
+        if i % 50 == 0 {
+            steps.push((0, req(vec![one("t"), one("gate")], 1)));
+        }
+        if i % 100 == 99 {
+            steps.push((0, req(vec![one("t")], 2_000)));
+        }
+    }
+    let sc = Scenario {
+        rules: Vec::new(),
+        count_rejected: false,
+        global_shadow: false,
+        start: 0,
+        steps,
+    };
+    let domain = "full";
+    let text = format!(
+        "domain: {domain}\ndescriptors:\n\
+         \x20 - key: t\n\
+         \x20   rate_limit: {{name: sw, unit: minute, requests_per_unit: 3000, algorithm: sliding_window}}\n\
+         \x20 - key: gate\n\
+         \x20   rate_limit: {{name: gate, unit: hour, requests_per_unit: 1}}\n"
+    );
+    let Sides {
+        _runtime,
+        clock,
+        redis_store,
+        serving,
+    } = sides(kind);
+    serving
+        .block_on(async {
+            let memory = limiter(
+                &text,
+                Settings::default(),
+                store(StoreKind::Memory, &clock).await,
+            );
+            let redis = limiter(&text, Settings::default(), redis_store);
+            run_both(&sc, domain, &memory, &redis, &clock).await
+        })
+        .unwrap_or_else(|e| panic!("[{}] memory and Redis disagree:\n{e}", kind.name()));
+}
+
+#[test]
+fn lua_and_rust_agree_on_a_full_sliding_window() {
+    full_sliding_window(StoreKind::Redis);
+    full_sliding_window(StoreKind::Cluster);
 }

@@ -24,7 +24,7 @@ use tollgate::clock::{ManualClock, SystemClock};
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::settings::{FailureMode, Settings};
-use tollgate::store::redis::{ClockSource, RedisStore};
+use tollgate::store::redis::{ClockSource, RedisStore, KEY_FORMAT};
 use tollgate::store::Store;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -403,7 +403,13 @@ async fn primary_kill_resumes(seed: Seed) {
     assert!(warm.is_ok_and(|r| r.overall_code == OK), "warm-up call");
     let held = blocking(|| {
         cluster
-            .cli(victim, &["KEYS", "failover:v2:{faults|tenant=alpha}*"])
+            .cli(
+                victim,
+                &[
+                    "KEYS",
+                    &format!("failover:{KEY_FORMAT}{{faults|tenant=alpha}}*"),
+                ],
+            )
             .lines()
             .any(|l| !l.is_empty())
     });

@@ -64,7 +64,7 @@ use opentelemetry::KeyValue;
 
 /// The format of keys and stored state; part of every key, so a tollgate that changes the
 /// format never reads another format's state (during a rolling upgrade both count apart).
-pub const KEY_FORMAT: &str = "v2:";
+pub const KEY_FORMAT: &str = "v3:";
 
 /// How long a decision whose caller has gone keeps waiting for Redis's late replies, to take
 /// back what they charged.
