@@ -442,29 +442,70 @@ local function build()
   end
   local ALGORITHMS = { [0] = 'f', [1] = 's', [2] = 't' }
   local ROLES = { [0] = 'e', [1] = 's' }
-  return function()
-    charges = {}
-    for i = 1, n do
-      local key, alg, limit, window, burst, overdraft, cost, role =
-        struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-      local c = {
-        key = key,
-        alg = ALGORITHMS[alg],
-        limit = limit,
-        window = window,
-        burst = burst,
-        overdraft = overdraft == 1,
-        cost = cost,
-        role = ROLES[role] or 'q',
-        descriptor = role - 2,
-      }
-      if c.alg ~= 't' then c.burst = c.limit end
-      if c.alg == 't' then
-        c.q = math.floor(c.window / c.limit)
-        c.r = c.window - c.q * c.limit
-      end
-      charges[i] = c
+
+  -- Charge i of the call.
+  local function unpack_charge(i)
+    local key, alg, limit, window, burst, overdraft, cost, role =
+      struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
+    local c = {
+      key = key,
+      alg = ALGORITHMS[alg],
+      limit = limit,
+      window = window,
+      burst = burst,
+      overdraft = overdraft == 1,
+      cost = cost,
+      role = ROLES[role] or 'q',
+      descriptor = role - 2,
+    }
+    if c.alg ~= 't' then c.burst = c.limit end
+    if c.alg == 't' then
+      c.q = math.floor(c.window / c.limit)
+      c.r = c.window - c.q * c.limit
     end
+    return c
+  end
+
+  local function store(key, s, c)
+    if s == nil then
+      redis.call('DEL', key)
+    else
+      local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
+      redis.call('SET', key, encode(s, c), 'PX', ttl_ms)
+    end
+  end
+
+  local function reply(c, s, allowed, wait, added, mark1, mark2)
+    return struct.pack('<dddddd', allowed and 1 or 0, remaining(s, c), wait, added, mark1, mark2)
+  end
+
+  -- One enforced charge (no overdraft), deciding, of any algorithm: what the batch below
+  -- answers for it, without the tables a batch of charges needs. (A fixed window never gets
+  -- here: fast() took it.)
+  local function single()
+    if n ~= 1 or mode ~= 0 then return nil end
+    local c = unpack_charge(1)
+    if c.overdraft or c.role ~= 'e' then return nil end
+    local key = KEYS[KO + c.key]
+    local s = load(key, c)
+    local k = math.max(c.cost, 1)
+    if not fits(s, c, k) then
+      return '=' .. struct.pack('<d', now) .. reply(c, s, false, retry_after(s, c, k), 0, 0, 0)
+    end
+    local added, mark1, mark2 = 0, 0, 0
+    if c.cost > 0 then
+      local after, a, m1, m2 = charge(s, c)
+      if a > 0 then
+        store(key, after, c)
+        s, added, mark1, mark2 = after, a, m1, m2
+      end
+    end
+    return '=' .. struct.pack('<d', now) .. reply(c, s, true, reset_after(s, c), added, mark1, mark2)
+  end
+
+  local function general()
+    charges = {}
+    for i = 1, n do charges[i] = unpack_charge(i) end
 
     -- Per key: its limit (every charge on one key has the same shape), loaded and running state.
     local key_params, loaded, after = {}, {}, {}
@@ -490,12 +531,7 @@ local function build()
         if undo > 0 then
           local s = refund(loaded[c.key], c, undo, mark1[i], mark2[i])
           loaded[c.key] = s
-          if s == nil then
-            redis.call('DEL', KEYS[KO + c.key])
-          else
-            local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
-            redis.call('SET', KEYS[KO + c.key], encode(s, c), 'PX', ttl_ms)
-          end
+          store(KEYS[KO + c.key], s, c)
         end
         if added[i] == 0 then mark1[i], mark2[i] = 0, 0 end
       end
@@ -520,13 +556,7 @@ local function build()
         local commit = lands and not dry and dirty[key]
         if commit then
           final[key] = after[key]
-          local s = after[key]
-          if s == nil then
-            redis.call('DEL', KEYS[KO + key])
-          else
-            local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
-            redis.call('SET', KEYS[KO + key], encode(s, c), 'PX', ttl_ms)
-          end
+          store(KEYS[KO + key], after[key], c)
         else
           final[key] = loaded[key]
           for i = 1, n do
@@ -555,14 +585,15 @@ local function build()
         if added[i] == 0 and not c.overdraft then k = math.max(k, need[c.key] or 0) end
         wait = retry_after(s, c, k)
       end
-      out[#out + 1] = struct.pack('<dddddd', allowed[i] and 1 or 0, remaining(s, c), wait,
-        added[i], mark1[i], mark2[i])
+      out[#out + 1] = reply(c, s, allowed[i], wait, added[i], mark1[i], mark2[i])
     end
     return table.concat(out)
   end
+
+  return function() return single() or general() end
 end
 
-local general
+local evaluate
 
 -- Decides the call whose keys start after KEYS[ko] and arguments after ARGV[ao].
 local function one(ko, ao)
@@ -580,8 +611,8 @@ local function one(ko, ao)
   count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
   local r = fast()
   if r then return r end
-  if general == nil then general = build() end
-  return general()
+  if evaluate == nil then evaluate = build() end
+  return evaluate()
 end
 
 if ARGV[1] ~= 'B' then return one(0, 0) end
