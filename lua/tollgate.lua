@@ -118,57 +118,67 @@ local function build()
   end
 
   ---------------------------------------------------------------- token bucket: time pairs
-  -- A time is a pair {us, frac} meaning us + frac / limit, 0 <= frac < limit.
+  -- A time is a pair us, frac meaning us + frac / limit, 0 <= frac < limit. The functions
+  -- below take and return a pair as two numbers (no table per step of the arithmetic).
 
-  local function pair(c, us, frac)
+  local function pnorm(c, us, frac)
     local q, r = idiv(frac, c.limit)
-    return { us + q, r }
+    return us + q, r
   end
 
-  local function padd(c, a, b) return pair(c, a[1] + b[1], a[2] + b[2]) end
+  local function padd(c, au, af, bu, bf) return pnorm(c, au + bu, af + bf) end
 
-  local function psub(c, a, b)
-    local us, frac = a[1] - b[1], a[2] - b[2]
+  local function psub(c, au, af, bu, bf)
+    local us, frac = au - bu, af - bf
     if frac < 0 then frac = frac + c.limit; us = us - 1 end
-    return { us, frac }
+    return us, frac
   end
 
-  local function pcmp(a, b)
-    if a[1] ~= b[1] then return a[1] < b[1] and -1 or 1 end
-    if a[2] ~= b[2] then return a[2] < b[2] and -1 or 1 end
+  local function pcmp(au, af, bu, bf)
+    if au ~= bu then return au < bu and -1 or 1 end
+    if af ~= bf then return af < bf and -1 or 1 end
     return 0
   end
-
-  local function pmin(a, b) if pcmp(a, b) <= 0 then return a end return b end
 
   -- k units of time: k * window / limit.
   local function ptimes(c, k)
     local q, r = idiv(k * c.r, c.limit)
-    return { k * c.q + q, r }
+    return k * c.q + q, r
   end
 
-  local ZERO = { 0, 0 }
-
+  -- The debt a bucket holds now (how far its tat is ahead of now), never below zero.
   local function tdebt(s, c)
-    if s == nil then return ZERO end
-    local d = psub(c, s.tat, { now, 0 })
-    if d[1] < 0 then return ZERO end
-    return d
+    if s == nil then return 0, 0 end
+    local du, df = psub(c, s.tu, s.tf, now, 0)
+    if du < 0 then return 0, 0 end
+    return du, df
   end
 
   -- Whole units a debt stands for, rounded up: the smallest u with u * T >= d.
-  local function tunits(c, d)
-    local u = math.floor((d[1] + d[2] / c.limit) * c.limit / c.window)
+  local function tunits(c, du, df)
+    local u = math.floor((du + df / c.limit) * c.limit / c.window)
     if u < 0 then u = 0 end
-    while pcmp(ptimes(c, u), d) < 0 do u = u + 1 end
-    while u > 0 and pcmp(ptimes(c, u - 1), d) >= 0 do u = u - 1 end
+    while true do
+      local pu, pf = ptimes(c, u)
+      if pcmp(pu, pf, du, df) >= 0 then break end
+      u = u + 1
+    end
+    while u > 0 do
+      local pu, pf = ptimes(c, u - 1)
+      if pcmp(pu, pf, du, df) < 0 then break end
+      u = u - 1
+    end
     return u
   end
 
-  local function pceil(d)
-    if d[2] > 0 then return d[1] + 1 end
-    return d[1]
+  local function pceil(du, df)
+    if df > 0 then return du + 1 end
+    return du
   end
+
+  -- A token bucket's history (the debts recent charges found, oldest first) stays packed:
+  -- <seq, debt_us, debt_frac> per entry.
+  local HIST = 24
 
   ---------------------------------------------------------------- state: load, encode
 
@@ -177,14 +187,9 @@ local function build()
       local count, stop = struct.unpack('<dd', raw)
       return { count = count, stop = stop }
     elseif c.alg == 't' then
-      local us, frac, born, seq, dropped, pos = struct.unpack('<ddddd', raw)
-      local hist = {}
-      while pos < #raw do
-        local hs, hu, hf
-        hs, hu, hf, pos = struct.unpack('<ddd', raw, pos)
-        hist[#hist + 1] = { seq = hs, debt = { hu, hf } }
-      end
-      return { tat = { us, frac }, born = born, seq = seq, dropped = dropped, hist = hist }
+      local tu, tf, born, seq, dropped, pos = struct.unpack('<ddddd', raw)
+      return { tu = tu, tf = tf, born = born, seq = seq, dropped = dropped,
+        hist = string.sub(raw, pos) }
     end
     -- The entries are log's bytes from off on.
     return { log = raw, off = 9, total = struct.unpack('<d', raw) }
@@ -193,12 +198,7 @@ local function build()
   local function encode(s, c)
     if c.alg == 'f' then return struct.pack('<dd', s.count, s.stop) end
     if c.alg == 't' then
-      local parts = { struct.pack('<ddddd', s.tat[1], s.tat[2], s.born, s.seq, s.dropped) }
-      for i = 1, #s.hist do
-        local h = s.hist[i]
-        parts[#parts + 1] = struct.pack('<ddd', h.seq, h.debt[1], h.debt[2])
-      end
-      return table.concat(parts)
+      return struct.pack('<ddddd', s.tu, s.tf, s.born, s.seq, s.dropped) .. s.hist
     end
     return struct.pack('<d', s.total) .. string.sub(s.log, s.off)
   end
@@ -215,7 +215,7 @@ local function build()
       if s.stop <= now then return nil end
       return s
     elseif c.alg == 't' then
-      if s.tat[1] < now or (s.tat[1] == now and s.tat[2] == 0) then return nil end
+      if s.tu < now or (s.tu == now and s.tf == 0) then return nil end
       return s
     end
     local log, off = s.log, s.off
@@ -240,10 +240,9 @@ local function build()
     if s == nil then return nil end
     if s.log then
       return { log = s.log, off = s.off, total = s.total }
-    elseif s.tat then
-      local hist = {}
-      for i = 1, #s.hist do hist[i] = { seq = s.hist[i].seq, debt = s.hist[i].debt } end
-      return { tat = s.tat, born = s.born, seq = s.seq, dropped = s.dropped, hist = hist }
+    elseif s.tu then
+      return { tu = s.tu, tf = s.tf, born = s.born, seq = s.seq, dropped = s.dropped,
+        hist = s.hist }
     end
     return { count = s.count, stop = s.stop }
   end
@@ -259,7 +258,11 @@ local function build()
   local function fits(s, c, k)
     if c.alg == 't' then
       if k > c.burst then return false end
-      return pcmp(padd(c, tdebt(s, c), ptimes(c, k)), ptimes(c, c.burst)) <= 0
+      local du, df = tdebt(s, c)
+      local ku, kf = ptimes(c, k)
+      local nu, nf = padd(c, du, df, ku, kf)
+      local bu, bf = ptimes(c, c.burst)
+      return pcmp(nu, nf, bu, bf) <= 0
     end
     return used(s) + k <= c.limit
   end
@@ -274,23 +277,30 @@ local function build()
       s.count = s.count + added
       return s, added, s.stop, 0
     elseif c.alg == 't' then
-      local found = tdebt(s, c)
-      local added = math.min(c.cost, math.max(usage_cap(c) - tunits(c, found), 0))
+      local fu, ff = tdebt(s, c)
+      local added = math.min(c.cost, math.max(usage_cap(c) - tunits(c, fu, ff), 0))
       if added == 0 then
         if s == nil then return nil, 0, now, 0 end
         return s, 0, s.born, s.seq
       end
-      if s == nil then s = { tat = { now, 0 }, born = now, seq = 0, dropped = 0, hist = {} } end
-      s.tat = padd(c, { now, 0 }, padd(c, found, ptimes(c, added)))
+      if s == nil then s = { tu = now, tf = 0, born = now, seq = 0, dropped = 0, hist = '' } end
+      local au, af = ptimes(c, added)
+      local xu, xf = padd(c, fu, ff, au, af)
+      s.tu, s.tf = padd(c, now, 0, xu, xf)
       s.seq = s.seq + 1
-      while #s.hist > 0 and pcmp(s.hist[#s.hist].debt, found) >= 0 do
-        s.hist[#s.hist] = nil
+      -- Entries whose debt is no smaller than the one found go: the new one supersedes them.
+      local h = s.hist
+      while #h > 0 do
+        local _, hu, hf = struct.unpack('<ddd', h, #h - HIST + 1)
+        if pcmp(hu, hf, fu, ff) < 0 then break end
+        h = string.sub(h, 1, -HIST - 1)
       end
-      s.hist[#s.hist + 1] = { seq = s.seq, debt = found }
-      if #s.hist > HISTORY then
-        s.dropped = s.hist[1].seq
-        table.remove(s.hist, 1)
+      h = h .. struct.pack('<ddd', s.seq, fu, ff)
+      if #h > HISTORY * HIST then
+        s.dropped = struct.unpack('<d', h)
+        h = string.sub(h, HIST + 1)
       end
+      s.hist = h
       return s, added, s.born, s.seq
     end
     if s == nil then s = { log = '', off = 1, total = 0 } end
@@ -325,24 +335,34 @@ local function build()
       return s
     elseif c.alg == 't' then
       if s.born ~= mark1 or s.dropped > mark2 then return s end
-      local charged = ptimes(c, amount)
-      local give = charged
-      for i = 1, #s.hist do
-        if s.hist[i].seq > mark2 then give = pmin(give, s.hist[i].debt); break end
-      end
-      give = pmin(give, s.tat)
-      s.tat = psub(c, s.tat, give)
-      if pcmp(s.tat, { now, 0 }) <= 0 then return nil end
-      for i = 1, #s.hist do
-        local h = s.hist[i]
-        if h.seq > mark2 then
-          if pcmp(h.debt, charged) <= 0 then
-            h.debt = ZERO
-          else
-            h.debt = psub(c, h.debt, charged)
-          end
+      -- What the charge added (cu, cf), but no more than the debt the next charge found
+      -- (gu, gf: give), nor than tat itself.
+      local cu, cf = ptimes(c, amount)
+      local gu, gf = cu, cf
+      local h = s.hist
+      for pos = 1, #h, HIST do
+        local hs, hu, hf = struct.unpack('<ddd', h, pos)
+        if hs > mark2 then
+          if pcmp(hu, hf, gu, gf) < 0 then gu, gf = hu, hf end
+          break
         end
       end
+      if pcmp(s.tu, s.tf, gu, gf) < 0 then gu, gf = s.tu, s.tf end
+      s.tu, s.tf = psub(c, s.tu, s.tf, gu, gf)
+      if pcmp(s.tu, s.tf, now, 0) <= 0 then return nil end
+      local parts = {}
+      for pos = 1, #h, HIST do
+        local hs, hu, hf = struct.unpack('<ddd', h, pos)
+        if hs > mark2 then
+          if pcmp(hu, hf, cu, cf) <= 0 then
+            hu, hf = 0, 0
+          else
+            hu, hf = psub(c, hu, hf, cu, cf)
+          end
+        end
+        parts[#parts + 1] = struct.pack('<ddd', hs, hu, hf)
+      end
+      s.hist = table.concat(parts)
       return s
     end
     -- Stamps only grow, so the charge's entry is the one of its granule, and a recent one:
@@ -369,7 +389,8 @@ local function build()
 
   local function remaining(s, c)
     if c.alg == 't' then
-      return math.max(c.burst - tunits(c, tdebt(s, c)), 0)
+      local du, df = tdebt(s, c)
+      return math.max(c.burst - tunits(c, du, df), 0)
     end
     return math.max(c.limit - used(s), 0)
   end
@@ -381,7 +402,8 @@ local function build()
     end
     if s == nil then return 0 end
     if c.alg == 's' then return math.max(newest(s) + c.window - now, 0) end
-    return pceil(tdebt(s, c))
+    local du, df = tdebt(s, c)
+    return pceil(du, df)
   end
 
   local function retry_after(s, c, k)
@@ -400,13 +422,17 @@ local function build()
       end
       return wait
     end
-    return pceil(psub(c, padd(c, tdebt(s, c), ptimes(c, k)), ptimes(c, c.burst)))
+    local du, df = tdebt(s, c)
+    local ku, kf = ptimes(c, k)
+    local nu, nf = padd(c, du, df, ku, kf)
+    local bu, bf = ptimes(c, c.burst)
+    return pceil(psub(c, nu, nf, bu, bf))
   end
 
   local function expires_at(s, c)
     if c.alg == 'f' then return s.stop end
     if c.alg == 's' then return newest(s) + c.window end
-    return pceil(s.tat)
+    return pceil(s.tu, s.tf)
   end
 
   ---------------------------------------------------------------- the batch

@@ -452,38 +452,28 @@ fn lua_and_rust_agree_on_a_redis_cluster() {
     differential(StoreKind::Cluster);
 }
 
-/// A sliding window that holds a full window of granules — one charge per 60 ms granule of a
-/// minute, so 1,000 live entries — answers on Redis what it answers in Rust. The script keeps
-/// a window's entries packed and reads only the ones a decision needs; this walks each of its
-/// paths at a size the random cases never reach: forgetting from the front, merging into the
-/// newest entry, a retry time deep in the log, and a take-back (a gate that denies).
-fn full_sliding_window(kind: StoreKind) {
-    const GRANULE_US: i64 = 60_000;
-    let one = |key: &str| RateLimitDescriptor {
+fn one(key: &str) -> RateLimitDescriptor {
+    RateLimitDescriptor {
         entries: vec![Entry {
             key: key.into(),
             value: "a".into(),
         }],
         ..RateLimitDescriptor::default()
-    };
-    let req = |descriptors: Vec<RateLimitDescriptor>, hits_addend: u32| RateLimitRequest {
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {
+    RateLimitRequest {
         domain: String::new(),
         descriptors,
         hits_addend,
-    };
-    let mut steps = Vec::new();
-    for i in 0..1_200u32 {
-        steps.push((GRANULE_US, req(vec![one("t")], 1 + i % 3)));
-        if i % 7 == 0 {
-            steps.push((1_000, req(vec![one("t")], 1)));
-        }
-        if i % 50 == 0 {
-            steps.push((0, req(vec![one("t"), one("gate")], 1)));
-        }
-        if i % 100 == 99 {
-            steps.push((0, req(vec![one("t")], 2_000)));
-        }
     }
+}
+
+/// Runs `steps` on both sides under a config of descriptor `t` with `limit`, and `gate`, an
+/// hourly limit of 1: a request that names the gate after its first is denied, so what it
+/// charged on `t` is taken back.
+fn agree(kind: StoreKind, limit: &str, steps: Vec<(i64, RateLimitRequest)>) {
     let sc = Scenario {
         rules: Vec::new(),
         count_rejected: false,
@@ -491,11 +481,11 @@ fn full_sliding_window(kind: StoreKind) {
         start: 0,
         steps,
     };
-    let domain = "full";
+    let domain = "scripted";
     let text = format!(
         "domain: {domain}\ndescriptors:\n\
          \x20 - key: t\n\
-         \x20   rate_limit: {{name: sw, unit: minute, requests_per_unit: 3000, algorithm: sliding_window}}\n\
+         \x20   rate_limit: {limit}\n\
          \x20 - key: gate\n\
          \x20   rate_limit: {{name: gate, unit: hour, requests_per_unit: 1}}\n"
     );
@@ -518,8 +508,57 @@ fn full_sliding_window(kind: StoreKind) {
         .unwrap_or_else(|e| panic!("[{}] memory and Redis disagree:\n{e}", kind.name()));
 }
 
+/// A sliding window that holds a full window of granules — one charge per 60 ms granule of a
+/// minute, so 1,000 live entries — answers on Redis what it answers in Rust. The script keeps
+/// a window's entries packed and reads only the ones a decision needs; this walks each of its
+/// paths at a size the random cases never reach: forgetting from the front, merging into the
+/// newest entry, a retry time deep in the log, and a take-back (the gate).
 #[test]
 fn lua_and_rust_agree_on_a_full_sliding_window() {
-    full_sliding_window(StoreKind::Redis);
-    full_sliding_window(StoreKind::Cluster);
+    const GRANULE_US: i64 = 60_000;
+    let mut steps = Vec::new();
+    for i in 0..1_200u32 {
+        steps.push((GRANULE_US, request(vec![one("t")], 1 + i % 3)));
+        if i % 7 == 0 {
+            steps.push((1_000, request(vec![one("t")], 1)));
+        }
+        if i % 50 == 0 {
+            steps.push((0, request(vec![one("t"), one("gate")], 1)));
+        }
+        if i % 100 == 99 {
+            steps.push((0, request(vec![one("t")], 2_000)));
+        }
+    }
+    let limit = "{name: sw, unit: minute, requests_per_unit: 3000, algorithm: sliding_window}";
+    for kind in [StoreKind::Redis, StoreKind::Cluster] {
+        agree(kind, limit, steps.clone());
+    }
+}
+
+/// A token bucket's history (the debts its last 8 charges found, which take-backs read): one
+/// request charges the bucket up to 12 times (a descriptor named again and again), and the
+/// gate then takes every one of them back, oldest first, while time moves so that debts
+/// both grow and shrink between requests. The random cases rarely charge one key more than
+/// twice in a request, so they seldom fill the history or drop from it.
+#[test]
+fn lua_and_rust_agree_on_a_token_bucket_history() {
+    let mut steps = Vec::new();
+    for i in 0..400u32 {
+        let copies = 1 + (i % 12) as usize;
+        let mut descriptors = vec![one("t"); copies];
+        if i % 3 != 0 {
+            descriptors.push(one("gate"));
+        }
+        let after_us = match i % 5 {
+            0 => 250_000,
+            1 | 2 => 37_000,
+            _ => 3_000,
+        };
+        steps.push((after_us, request(descriptors, 1 + i % 4)));
+    }
+    let limit =
+        "{name: tb, unit: second, requests_per_unit: 100, algorithm: token_bucket, burst: 300}";
+    for kind in [StoreKind::Redis, StoreKind::Cluster] {
+        agree(kind, limit, steps.clone());
+    }
 }
