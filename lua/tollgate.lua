@@ -7,18 +7,18 @@
 -- (config validation and --max-hits bound the inputs; see README "Decision semantics").
 --
 -- KEYS: the group's distinct counter keys (one hash tag, so one slot).
--- ARGV[1]  now in µs, or "" to use Redis TIME (so replicas with skewed clocks agree)
--- ARGV[2]  every other number, packed as little-endian doubles (struct '<d'; each an integer
---          below 2^53, so exact), which spares Redis an argument string per number and the
---          script a tonumber each:
---          mode: 0 decide; 1 count rejected (every charge lands, as envoyproxy/ratelimit);
---            2 dry run (answer, write nothing); 3 refund (undo landed charges, then answer);
---          quota descriptors in the whole request; n, the number of charges; then 8 per charge:
---          key index (1-based into KEYS), algorithm (0 fixed window, 1 sliding window, 2 token
---          bucket), limit, window_us, burst, overdraft (0|1), cost, role (0 enforced, 1 shadow,
---          2 + d quota of request descriptor d).
---          In refund mode 5 more per charge, after all of those: allowed (0|1, as decided),
---          kept (units that stay landed), undo (units to take back), mark1, mark2.
+-- ARGV[1]: every number of the call, packed as little-endian doubles (struct '<d'; each an
+--   integer below 2^53, so exact), which spares Redis an argument string per number and the
+--   script a tonumber each:
+--   now in µs, or -1 to use Redis TIME (so replicas with skewed clocks agree); the number of
+--   KEYS; mode: 0 decide; 1 count rejected (every charge lands, as envoyproxy/ratelimit);
+--   2 dry run (answer, write nothing); 3 refund (undo landed charges, then answer); quota
+--   descriptors in the whole request; n, the number of charges; then 8 per charge: key index
+--   (1-based into KEYS), algorithm (0 fixed window, 1 sliding window, 2 token bucket), limit,
+--   window_us, burst, overdraft (0|1), cost, role (0 enforced, 1 shadow, 2 + d quota of
+--   request descriptor d).
+--   In refund mode 5 more per charge, after all of those: allowed (0|1, as decided), kept
+--   (units that stay landed), undo (units to take back), mark1, mark2.
 --
 -- Returns "=" then, packed the same way, now and 6 numbers per charge: allowed (0|1),
 -- remaining, wait_us (-1 = never), added (units this request left in the counter), mark1,
@@ -34,18 +34,18 @@
 -- forgets (from the front) and the newest, and a retry time the ones it waits for, so its
 -- cost does not grow with the granules the window holds (up to 1,000, 16 bytes each).
 --
--- A batch (many requests' calls in one EVALSHA, each decided on its own as above):
--- ARGV[1] "B", ARGV[2] the number of calls, then per call: its number of keys, its number of
--- arguments, then its arguments (laid out as above); KEYS holds every call's keys, call by
--- call. Returns one reply per call: the string above, or one saying why that call failed
--- (a failed call does not stop the others; what it wrote before failing stays, as for a
--- single call).
+-- A batch (many requests' calls in one EVALSHA, each decided on its own as above): two or
+-- more arguments, one per call, each laid out as ARGV[1] above; KEYS holds every call's keys,
+-- call by call. Returns one reply per call: the string above, or one saying why that call
+-- failed (a failed call does not stop the others; what it wrote before failing stays, as for
+-- a single call).
 
 -- The call being decided: its offset into KEYS, its packed numbers, and its arguments.
 local KO, P = 0, ''
 local now, mode, count_rejected, dry, refunding, quota_total, n, charges
--- Where the first charge starts in P (after mode, quota descriptors and n), and each's size.
-local FIRST, CHARGE, UNDO = 25, 64, 40
+-- Where the first charge starts in P (after now, the number of keys, mode, quota descriptors
+-- and n), and each's size.
+local FIRST, CHARGE, UNDO = 41, 64, 40
 -- Redis TIME, read once per script run.
 local clock
 
@@ -621,19 +621,20 @@ end
 
 local evaluate
 
--- Decides the call whose keys start after KEYS[ko] and arguments after ARGV[ao].
-local function one(ko, ao)
-  KO, P = ko, ARGV[ao + 2]
-  if ARGV[ao + 1] == '' then
+-- Decides the call whose keys start after KEYS[ko], from its packed numbers p.
+local function one(ko, p)
+  KO, P = ko, p
+  local t, _
+  t, _, mode, quota_total, n = struct.unpack('<ddddd', P)
+  if t < 0 then
     if clock == nil then
-      local t = redis.call('TIME')
-      clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      local time = redis.call('TIME')
+      clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     now = clock
   else
-    now = tonumber(ARGV[ao + 1])
+    now = t
   end
-  mode, quota_total, n = struct.unpack('<ddd', P)
   count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
   local r = fast()
   if r then return r end
@@ -641,18 +642,18 @@ local function one(ko, ao)
   return evaluate()
 end
 
-if ARGV[1] ~= 'B' then return one(0, 0) end
+if #ARGV == 1 then return one(0, ARGV[1]) end
 
-local replies, ko, ao = {}, 0, 2
-for i = 1, tonumber(ARGV[2]) do
-  local nk, na = tonumber(ARGV[ao + 1]), tonumber(ARGV[ao + 2])
-  local ok, r = pcall(one, ko, ao + 2)
+local replies, ko = {}, 0
+for i = 1, #ARGV do
+  local p = ARGV[i]
+  local ok, r = pcall(one, ko, p)
   if not ok then
     -- redis.call raises a table { err = message }; a Lua error raises a string.
     if type(r) == 'table' then r = r.err end
     r = tostring(r)
   end
   replies[i] = r
-  ko, ao = ko + nk, ao + 2 + na
+  ko = ko + struct.unpack('<d', p, 9)
 end
 return replies

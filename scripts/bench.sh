@@ -152,18 +152,13 @@ pipe() { # name port calls per_script
 import random, struct, sys
 sha, calls, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
-# decide (0), no quota descriptors, 1 charge: key 1, fixed window, limit 4e9 per 60 s, burst,
-# no overdraft, cost 1, enforced
-packed = struct.pack("<11d", 0, 0, 1, 1, 0, 4e9, 60e6, 4e9, 0, 1, 0)
+# Redis TIME (-1), 1 key, decide (0), no quota descriptors, 1 charge: key 1, fixed window,
+# limit 4e9 per 60 s, burst, no overdraft, cost 1, enforced
+packed = struct.pack("<13d", -1, 1, 0, 0, 1, 1, 0, 4e9, 60e6, 4e9, 0, 1, 0)
 out = sys.stdout.buffer
 for _ in range(calls // per):
-    keys = [b"tg:v2:{bench|key=%d}|f1" % random.randrange(10000) for _ in range(per)]
-    if per == 1:
-        args = [b"", packed]
-    else:
-        args = [b"B", str(per).encode()]
-        for _ in range(per):
-            args += [b"1", b"2", b"", packed]
+    keys = [b"tg:v3:{bench|key=%d}|f1" % random.randrange(10000) for _ in range(per)]
+    args = [packed] * per
     parts = [b"EVALSHA", sha.encode(), str(len(keys)).encode()] + keys + args
     out.write(b"*%d\r\n" % len(parts) + b"".join(bulk(p) for p in parts))
 PY

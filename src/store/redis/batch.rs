@@ -29,10 +29,10 @@ use crate::store::StoreError;
 /// A batch is closed to more calls once it holds this many.
 const MAX_CALLS: usize = 64;
 
-/// One call: its keys and arguments, where its reply goes, and how long it may be retried.
+/// One call: its keys and its argument, where its reply goes, and how long it may be retried.
 pub struct Call {
     pub keys: Vec<Key>,
-    pub args: Vec<Value>,
+    pub arg: Value,
     pub retry_until: Instant,
     reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
 }
@@ -66,7 +66,7 @@ pub fn join(
     store: u64,
     slot: u16,
     keys: Vec<Key>,
-    args: Vec<Value>,
+    arg: Value,
     retry_until: Instant,
 ) -> (
     oneshot::Receiver<Result<Vec<i64>, StoreError>>,
@@ -75,7 +75,7 @@ pub fn join(
     let (tx, rx) = oneshot::channel();
     let call = Call {
         keys,
-        args,
+        arg,
         retry_until,
         reply: tx,
     };
@@ -104,22 +104,15 @@ pub fn take(batch: &Batch) -> Vec<Call> {
     std::mem::take(&mut *batch.lock())
 }
 
-/// KEYS and ARGV of a batch of calls: `"B"`, the number of calls, then per call its number
-/// of keys, its number of arguments and its arguments; every call's keys in order.
+/// KEYS and ARGV of a batch of (two or more) calls: every call's keys in order, and every
+/// call's argument (which says how many keys it has).
 pub fn combine(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
     let nkeys = calls.iter().map(|c| c.keys.len()).sum();
-    let nargs = 2 + calls.iter().map(|c| 2 + c.args.len()).sum::<usize>();
     let mut keys = Vec::with_capacity(nkeys);
-    let mut args = Vec::with_capacity(nargs);
-    args.push(Value::from_static_str("B"));
-    args.push(Value::Integer(calls.len() as i64));
     for c in calls {
         keys.extend(c.keys.iter().cloned());
-        args.push(Value::Integer(c.keys.len() as i64));
-        args.push(Value::Integer(c.args.len() as i64));
-        args.extend(c.args.iter().cloned());
     }
-    (keys, args)
+    (keys, calls.iter().map(|c| c.arg.clone()).collect())
 }
 
 /// Hands each call its part of a batch's reply: one reply per call, each the call's numbers
@@ -150,14 +143,11 @@ pub fn answer(calls: Vec<Call>, reply: Result<Vec<Value>, StoreError>) {
 mod tests {
     use super::*;
 
-    fn call(
-        keys: &[&str],
-        args: &[i64],
-    ) -> (Call, oneshot::Receiver<Result<Vec<i64>, StoreError>>) {
+    fn call(keys: &[&str], arg: i64) -> (Call, oneshot::Receiver<Result<Vec<i64>, StoreError>>) {
         let (tx, rx) = oneshot::channel();
         let call = Call {
             keys: keys.iter().map(|k| Key::from(*k)).collect(),
-            args: args.iter().map(|&a| Value::Integer(a)).collect(),
+            arg: Value::Integer(arg),
             retry_until: Instant::now(),
             reply: tx,
         };
@@ -175,8 +165,8 @@ mod tests {
 
     #[test]
     fn a_reply_that_is_not_packed_numbers_is_an_error() {
-        let (a, mut ra) = call(&["k1"], &[]);
-        let (b, mut rb) = call(&["k2"], &[]);
+        let (a, mut ra) = call(&["k1"], 0);
+        let (b, mut rb) = call(&["k2"], 0);
         let torn = Value::Bytes(vec![b'=', 0, 0, 0].into());
         answer(vec![a, b], Ok(vec![torn, Value::Integer(7)]));
         assert!(ra.try_recv().unwrap().is_err());
@@ -184,21 +174,21 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_lays_out_every_call_with_its_counts() {
-        let (a, _ra) = call(&["k1"], &[7, 8]);
-        let (b, _rb) = call(&["k2", "k3"], &[9]);
+    fn a_batch_lays_out_every_calls_keys_then_every_calls_argument() {
+        let (a, _ra) = call(&["k1"], 7);
+        let (b, _rb) = call(&["k2", "k3"], 9);
         let (keys, args) = combine(&[a, b]);
         let keys: Vec<&str> = keys.iter().map(|k| k.as_str().unwrap()).collect();
         assert_eq!(keys, ["k1", "k2", "k3"]);
         let args: Vec<String> = args.iter().map(|v| v.as_string().unwrap()).collect();
-        assert_eq!(args, ["B", "2", "1", "2", "7", "8", "2", "1", "9"]);
+        assert_eq!(args, ["7", "9"]);
     }
 
     #[test]
     fn each_call_gets_its_own_reply_and_a_failed_call_fails_alone() {
-        let (a, mut ra) = call(&["k1"], &[]);
-        let (b, mut rb) = call(&["k2"], &[]);
-        let (c, mut rc) = call(&["k3"], &[]);
+        let (a, mut ra) = call(&["k1"], 0);
+        let (b, mut rb) = call(&["k2"], 0);
+        let (c, mut rc) = call(&["k3"], 0);
         let replies = vec![
             packed(&[1, -1]),
             Value::from("WRONGTYPE Operation against a key holding the wrong kind of value"),
@@ -213,8 +203,8 @@ mod tests {
 
     #[test]
     fn a_reply_of_the_wrong_length_fails_every_call() {
-        let (a, mut ra) = call(&["k1"], &[]);
-        let (b, mut rb) = call(&["k2"], &[]);
+        let (a, mut ra) = call(&["k1"], 0);
+        let (b, mut rb) = call(&["k2"], 0);
         answer(vec![a, b], Ok(vec![packed(&[])]));
         assert!(ra.try_recv().unwrap().is_err());
         assert!(rb.try_recv().unwrap().is_err());
@@ -223,14 +213,14 @@ mod tests {
     #[test]
     fn calls_on_one_thread_share_a_batch_per_store_and_slot() {
         let until = Instant::now();
-        let (_r1, first) = join(1, 5, vec![], vec![], until);
-        let (_r2, second) = join(1, 5, vec![], vec![], until);
-        let (_r3, other_slot) = join(1, 6, vec![], vec![], until);
+        let (_r1, first) = join(1, 5, vec![], Value::Null, until);
+        let (_r2, second) = join(1, 5, vec![], Value::Null, until);
+        let (_r3, other_slot) = join(1, 6, vec![], Value::Null, until);
         let batch = first.expect("the first call opens the batch");
         assert!(second.is_none());
         let other = other_slot.expect("another slot opens its own");
         assert_eq!(take(&batch).len(), 2);
-        let (_r4, reopened) = join(1, 5, vec![], vec![], until);
+        let (_r4, reopened) = join(1, 5, vec![], Value::Null, until);
         assert!(reopened.is_some(), "a taken batch is closed");
         assert_eq!(take(&other).len(), 1);
         take(&reopened.unwrap());
@@ -240,14 +230,14 @@ mod tests {
     fn a_full_batch_closes() {
         let until = Instant::now();
         let mut receivers = Vec::new();
-        let (r, first) = join(2, 0, vec![], vec![], until);
+        let (r, first) = join(2, 0, vec![], Value::Null, until);
         receivers.push(r);
         for _ in 1..MAX_CALLS {
-            let (r, opened) = join(2, 0, vec![], vec![], until);
+            let (r, opened) = join(2, 0, vec![], Value::Null, until);
             assert!(opened.is_none());
             receivers.push(r);
         }
-        let (_r, next) = join(2, 0, vec![], vec![], until);
+        let (_r, next) = join(2, 0, vec![], Value::Null, until);
         assert!(next.is_some(), "the next call opens a new batch");
         assert_eq!(take(&first.unwrap()).len(), MAX_CALLS);
         take(&next.unwrap());

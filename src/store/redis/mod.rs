@@ -174,8 +174,8 @@ static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(0);
 /// What every script call of one request shares.
 struct Call<'a> {
     placed: &'a Placed<'static>,
-    /// The script's `now` argument.
-    now: Value,
+    /// The script's `now` (µs); `None`: the script reads Redis `TIME`.
+    now: Option<i64>,
     /// TRYAGAIN / CLUSTERDOWN are retried until then.
     retry_until: Instant,
 }
@@ -466,10 +466,10 @@ impl Inner {
         }
     }
 
-    fn now_arg(&self) -> Value {
+    fn now_arg(&self) -> Option<i64> {
         match &self.opts.clock {
-            ClockSource::Redis => Value::from_static_str(""),
-            ClockSource::Local(c) => Value::Integer(c.now_us() as i64),
+            ClockSource::Redis => None,
+            ClockSource::Local(c) => Some(c.now_us() as i64),
         }
     }
 
@@ -478,7 +478,7 @@ impl Inner {
     async fn script_call(
         &self,
         retry_until: Instant,
-        request: impl Fn() -> (Vec<Key>, Vec<Value>),
+        request: impl Fn() -> (Vec<Key>, Value),
     ) -> Result<Vec<i64>, StoreError> {
         if !batch::here() {
             let (client, options) = (self.client(), self.call_options());
@@ -489,17 +489,20 @@ impl Inner {
                 &self.script,
                 &self.migrations,
                 retry_until,
-                request,
+                || {
+                    let (keys, arg) = request();
+                    (keys, vec![arg])
+                },
             );
             let reply: Value = Box::pin(call).await?;
             return unpack(&reply);
         }
-        let (keys, args) = request();
+        let (keys, arg) = request();
         let slot = match keys.first() {
             Some(k) if self.clustered => redis_keyslot(k.as_bytes()),
             _ => 0,
         };
-        let (reply, opened) = batch::join(self.id, slot, keys, args, retry_until);
+        let (reply, opened) = batch::join(self.id, slot, keys, arg, retry_until);
         if let Some(opened) = opened {
             // This call sends the batch it opened, once every task ready on this thread has
             // run (and could join). A call is never cancelled halfway: a decision whose caller
@@ -555,7 +558,7 @@ impl Inner {
             &self.script,
             &self.migrations,
             call.retry_until,
-            || (call.keys.clone(), call.args.clone()),
+            || (call.keys.clone(), vec![call.arg.clone()]),
         )
         .await;
         call.answer(
@@ -637,7 +640,7 @@ impl Inner {
             Mode::TakeBack => {
                 let (rest, answer) = self.leases.take_back(g, specs, undo, self.leases.now());
                 if let Some(answer) = answer {
-                    let now = call.now.as_i64().unwrap_or(0);
+                    let now = call.now.unwrap_or(0);
                     return Ok(script::Reply { now, answer });
                 }
                 return self.run_script(call, g, specs, mode, &rest).await;
@@ -669,7 +672,7 @@ impl Inner {
         let started = std::time::Instant::now();
         let reply = self
             .script_call(call.retry_until, || {
-                args(g, specs, &call.now, mode, quota, undo)
+                args(g, specs, call.now, mode, quota, undo)
             })
             .await;
         let op = if mode == Mode::TakeBack {
@@ -706,9 +709,10 @@ impl Inner {
         let replies = join_all(placed.groups.iter().map(|g| {
             let (client, options) = (&client, &options);
             async move {
-                let (keys, args) = args(g, &placed.specs, &call.now, Mode::DryRun, quota, &[]);
+                let (keys, arg) = args(g, &placed.specs, call.now, Mode::DryRun, quota, &[]);
                 let started = std::time::Instant::now();
-                let reply = script::eval_replica(client, options, &self.script, keys, args).await;
+                let reply =
+                    script::eval_replica(client, options, &self.script, keys, vec![arg]).await;
                 self.opts
                     .metrics
                     .store_duration(StoreOp::Decide, started.elapsed().as_secs_f64());
@@ -799,7 +803,7 @@ impl Inner {
                     async move {
                         let call = Call {
                             placed,
-                            now: Value::Integer(now),
+                            now: Some(now),
                             retry_until: Instant::now() + LATE_REPLY,
                         };
                         self.run(&call, *gi, Mode::TakeBack, undo).await
@@ -845,7 +849,7 @@ impl Inner {
         let calls = leftovers.into_iter().map(|(gi, undo, now)| async move {
             let call = Call {
                 placed,
-                now: Value::Integer(now),
+                now: Some(now),
                 retry_until: Instant::now() + LATE_REPLY,
             };
             if let Err(e) = self.run(&call, gi, Mode::TakeBack, &undo).await {

@@ -178,23 +178,26 @@ pub async fn eval_replica(
     }
 }
 
-/// KEYS and ARGV for one group: `now`, then every other number packed (see the script).
-/// `undo` (refund mode) is per charge of the group.
+/// KEYS and the one argument of a group's call: every number packed (see the script), `now`
+/// (µs; `None`: the script reads Redis `TIME`) first. `undo` (refund mode) is per charge of
+/// the group.
 pub fn args(
     g: &Group,
     specs: &[Spec<'_>],
-    now: &Value,
+    now: Option<i64>,
     mode: Mode,
     quota_descriptors: usize,
     undo: &[Undo],
-) -> (Vec<Key>, Vec<Value>) {
+) -> (Vec<Key>, Value) {
     let keys: Vec<Key> = g
         .keys
         .iter()
         .map(|&s| Key::from(specs[s].key.as_ref()))
         .collect();
     let n = g.charges.len();
-    let mut packed = Packed::with_numbers(3 + n * 8 + undo.len() * 5);
+    let mut packed = Packed::with_numbers(5 + n * 8 + undo.len() * 5);
+    packed.push_signed(now.unwrap_or(-1));
+    packed.push(keys.len() as u64);
     packed.push(mode as u64);
     packed.push(quota_descriptors as u64);
     packed.push(n as u64);
@@ -225,7 +228,7 @@ pub fn args(
         packed.push(u.landing.mark.0);
         packed.push(u.landing.mark.1);
     }
-    (keys, vec![now.clone(), packed.into_value()])
+    (keys, packed.into_value())
 }
 
 /// Numbers packed as the script unpacks them: little-endian doubles (`struct` format `<d`).
@@ -239,6 +242,10 @@ impl Packed {
     }
 
     fn push(&mut self, v: u64) {
+        self.0.extend_from_slice(&(v as f64).to_le_bytes());
+    }
+
+    fn push_signed(&mut self, v: i64) {
         self.0.extend_from_slice(&(v as f64).to_le_bytes());
     }
 
