@@ -25,14 +25,17 @@
 -- mark2 (where a refund finds them: fixed window end | sliding granule | token bucket born,
 -- seq).
 --
--- State per key (struct-packed doubles): fixed window <count, end>; sliding window <total>
--- then <time, cost>* (oldest first; total is their sum); token bucket <us, frac, born, seq,
--- dropped> then <seq, debt_us, debt_frac>* (tat = us + frac / limit; the debts later charges
--- found).
+-- State per key (struct-packed doubles): fixed window <count, end>; sliding window <total,
+-- head> then <time, cost>* (oldest first, from byte head on; the bytes before it, after the
+-- 16 of <total, head>, hold forgotten entries; total is the sum of the live ones); token bucket
+-- <us, frac, born, seq, dropped> then <seq, debt_us, debt_frac>* (tat = us + frac / limit; the
+-- debts later charges found).
 --
--- A sliding window's entries stay in their packed string: a decision unpacks the ones it
--- forgets (from the front) and the newest, and a retry time the ones it waits for, so its
--- cost does not grow with the granules the window holds (up to 1,000, 16 bytes each).
+-- A sliding window holds up to 1,000 granules (16 KB). Its common case (slide()) reads and
+-- writes only the bytes it needs with GETRANGE, SETRANGE and APPEND: the header, the entries
+-- it forgets, the newest. It never has Redis copy the whole log, nor Lua build a string of
+-- its size: many near-identical long strings make Lua's string interning compare each new
+-- one with the others byte by byte, which made a hot key's cost grow with its log.
 --
 -- A batch (many requests' calls in one EVALSHA, each decided on its own as above): two or
 -- more arguments, one per call, each laid out as ARGV[1] above; KEYS holds every call's keys,
@@ -51,18 +54,108 @@ local clock
 
 local DEBT_CAP_FACTOR = 100
 local HISTORY = 8
+-- A sliding window's header <total, head>; how many bytes of entries slide() reads at a time;
+-- forgotten bytes it lets pile up before it rewrites the log (and only once they outnumber
+-- the live ones).
+local HEADER, CHUNK, COMPACT = 16, 256, 4096
 -- Keys outlive their state by this much, so a key never disappears while a clock a little
 -- behind (another instance's, with --clock local) still counts its state live.
 local TTL_SLACK_MS = 1000
 
--- The common case first: one enforced fixed-window charge (no overdraft), deciding. This is
--- what the general code below answers for it, without its tables; the differential test
--- holds the two (and Rust) to the same answers and state.
+local function ttl_ms(expires)
+  return math.max(math.ceil((expires - now) / 1000), 0) + TTL_SLACK_MS
+end
+
+-- One enforced sliding-window charge (no overdraft), deciding, on key: what the general code
+-- below answers for it, reading and writing only the bytes it needs (see the top).
+local function slide(key, limit, window, cost)
+  local g = math.max(math.floor(window / 1000), 1000)
+  local k = math.max(cost, 1)
+  local total, head, len = 0, HEADER, HEADER
+  local header = redis.call('GETRANGE', key, 0, HEADER - 1)
+  if #header == HEADER then
+    total, head = struct.unpack('<dd', header)
+    len = redis.call('STRLEN', key)
+    -- Forget what has left the window, a chunk of entries at a time.
+    local live = false
+    while head < len and not live do
+      local chunk = redis.call('GETRANGE', key, head, head + CHUNK - 1)
+      for pos = 1, #chunk, 16 do
+        local t, c = struct.unpack('<dd', chunk, pos)
+        if t + window > now then live = true; break end
+        total = total - c
+        head = head + 16
+      end
+    end
+  end
+  local lt, lc
+  if head < len then
+    lt, lc = struct.unpack('<dd', redis.call('GETRANGE', key, len - 16, len - 1))
+  end
+  if total + k > limit then
+    -- Denied: nothing lands. A cost over the limit never fits; otherwise (then the window
+    -- holds charges) it fits once enough of the oldest usage has left.
+    local wait = -1
+    if k <= limit then
+      local need, freed, pos = total + k - limit, 0, head
+      while pos < len and freed < need do
+        local chunk = redis.call('GETRANGE', key, pos, pos + CHUNK - 1)
+        for i = 1, #chunk, 16 do
+          local t, c = struct.unpack('<dd', chunk, i)
+          freed = freed + c
+          wait = math.max(t + window - now, 0)
+          if freed >= need then break end
+        end
+        pos = pos + #chunk
+      end
+    end
+    return '=' .. struct.pack('<ddddddd', now, 0, math.max(limit - total, 0), wait, 0, 0, 0)
+  end
+  if cost == 0 then
+    local wait = 0
+    if lt then wait = math.max(lt + window - now, 0) end
+    return '=' .. struct.pack('<ddddddd', now, 1, limit - total, wait, 0, 0, 0)
+  end
+  total = total + cost
+  local at = now
+  if lt then at = math.max(now, lt) end
+  local granule = math.floor(at / g)
+  local stamp = granule * g + g - 1
+  if not lt then
+    -- A new key, or everything in it has left the window: start afresh.
+    redis.call('SET', key, struct.pack('<dddd', total, HEADER, stamp, cost), 'PX',
+      ttl_ms(stamp + window))
+  else
+    if math.floor(lt / g) == granule then
+      -- Into the newest entry: the log's expiry stays.
+      stamp = lt
+      redis.call('SETRANGE', key, len - 16, struct.pack('<dd', lt, lc + cost))
+    else
+      redis.call('APPEND', key, struct.pack('<dd', stamp, cost))
+      len = len + 16
+      redis.call('PEXPIRE', key, ttl_ms(stamp + window))
+    end
+    if head - HEADER >= COMPACT and head - HEADER >= len - head then
+      local entries = redis.call('GETRANGE', key, head, len - 1)
+      redis.call('SET', key, struct.pack('<dd', total, HEADER) .. entries, 'KEEPTTL')
+    else
+      redis.call('SETRANGE', key, 0, struct.pack('<dd', total, head))
+    end
+  end
+  return '=' .. struct.pack('<ddddddd', now, 1, limit - total, math.max(stamp + window - now, 0),
+    cost, granule, 0)
+end
+
+-- The common case first: one enforced charge (no overdraft), deciding, on a fixed window (or,
+-- by slide(), a sliding window). This is what the general code below answers for it, without
+-- its tables; the differential test holds the two (and Rust) to the same answers and state.
 local function fast()
   if n ~= 1 or mode ~= 0 then return nil end
   local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
-  if alg ~= 0 or overdraft ~= 0 or role ~= 0 then return nil end
+  if overdraft ~= 0 or role ~= 0 then return nil end
   local key = KEYS[KO + ki]
+  if alg == 1 then return slide(key, limit, window, cost) end
+  if alg ~= 0 then return nil end
   local count, stop = 0, nil
   local raw = redis.call('GET', key)
   if raw then
@@ -79,8 +172,7 @@ local function fast()
     count = count + cost
     if stop == nil then
       stop = now - (now % window) + window
-      local ttl_ms = math.max(math.ceil((stop - now) / 1000), 0) + TTL_SLACK_MS
-      redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms)
+      redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
     else
       -- The window's key already expires at its end plus the slack: keep that expiry
       -- (KEEPTTL spares Redis a new one, ~20% of this call's cost).
@@ -191,8 +283,9 @@ local function build()
       return { tu = tu, tf = tf, born = born, seq = seq, dropped = dropped,
         hist = string.sub(raw, pos) }
     end
-    -- The entries are log's bytes from off on.
-    return { log = raw, off = 9, total = struct.unpack('<d', raw) }
+    -- The live entries are log's bytes from off on.
+    local total, head = struct.unpack('<dd', raw)
+    return { log = raw, off = head + 1, total = total }
   end
 
   local function encode(s, c)
@@ -200,7 +293,7 @@ local function build()
     if c.alg == 't' then
       return struct.pack('<ddddd', s.tu, s.tf, s.born, s.seq, s.dropped) .. s.hist
     end
-    return struct.pack('<d', s.total) .. string.sub(s.log, s.off)
+    return struct.pack('<dd', s.total, HEADER) .. string.sub(s.log, s.off)
   end
 
   -- A sliding window's newest entry: time, cost.
@@ -496,8 +589,7 @@ local function build()
     if s == nil then
       redis.call('DEL', key)
     else
-      local ttl_ms = math.max(math.ceil((expires_at(s, c) - now) / 1000), 0) + TTL_SLACK_MS
-      redis.call('SET', key, encode(s, c), 'PX', ttl_ms)
+      redis.call('SET', key, encode(s, c), 'PX', ttl_ms(expires_at(s, c)))
     end
   end
 
@@ -505,9 +597,9 @@ local function build()
     return struct.pack('<dddddd', allowed and 1 or 0, remaining(s, c), wait, added, mark1, mark2)
   end
 
-  -- One enforced charge (no overdraft), deciding, of any algorithm: what the batch below
-  -- answers for it, without the tables a batch of charges needs. (A fixed window never gets
-  -- here: fast() took it.)
+  -- One enforced charge (no overdraft), deciding: what the batch below answers for it,
+  -- without the tables a batch of charges needs. (fast() takes fixed and sliding windows
+  -- first, so this is a token bucket's.)
   local function single()
     if n ~= 1 or mode ~= 0 then return nil end
     local c = unpack_charge(1)

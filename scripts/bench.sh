@@ -100,6 +100,9 @@ scenarios() { # store redis_ports
   run "$s" "3 descriptors" "$p" -- --descriptor 'd0={key}' --descriptor 'd1={key}' \
     --descriptor 'd2={key}' --keys 10000
   run "$s" "10 descriptors" "$p" -- $(for i in $(seq 0 9); do printf -- "--descriptor d$i={key} "; done) --keys 10000
+  run "$s" "(f) token bucket, 10,000 keys" "$p" -- --descriptor 'tb={key}' --keys 10000
+  run "$s" "(g) sliding window (a minute), 10,000 keys" "$p" -- --descriptor 'sw={key}' --keys 10000
+  run "$s" "(h) sliding window (a minute), 1 hot key" "$p" -- --descriptor 'sw=hot'
 }
 
 echo "memory store..." >&2
@@ -145,21 +148,34 @@ echo "redis-cli --pipe running tollgate.lua directly..." >&2
 SHA=$(redis-cli -p "$SINGLE" script load "$(cat lua/tollgate.lua)")
 # The script's numbers are packed doubles (binary), which redis-benchmark cannot send: the
 # calls are written out as RESP by python3 and sent by `redis-cli --pipe` (one connection,
-# everything pipelined). PER calls to a script run (1: plain calls; more: a batch, "B").
-pipe() { # name port calls per_script
-  local name=$1 port=$2 calls=$3 per=$4
-  python3 - "$SHA" "$calls" "$per" > "$WORK/pipe.resp" <<'PY'
+# everything pipelined). PER calls to a script run (1: plain calls; more: a batch). ALG: 0 fixed
+# window (4e9 a minute), 1 sliding window (4e9 a minute), 2 token bucket (1e6 a second, burst
+# 4e6), over KEYS keys; FILL > 0 first gives every key a sliding window of FILL live granules.
+pipe() { # name port calls per_script alg keys [fill]
+  local name=$1 port=$2 calls=$3 per=$4 alg=$5 nkeys=$6 fill=${7:-0}
+  redis-cli -p "$port" flushall >/dev/null
+  if [ "$fill" -gt 0 ]; then
+    for k in $(seq 0 $((nkeys - 1))); do
+      # v3 sliding window state: <total, head> then <time, cost> per granule (60 ms for a minute).
+      redis-cli -p "$port" eval "local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) local n = tonumber(ARGV[1]) local p = {}
+        for i = 1, n do p[i] = struct.pack('<dd', now - 60000000 + i * 60000, 1) end
+        redis.call('SET', KEYS[1], struct.pack('<dd', n, 16) .. table.concat(p), 'PX', 120000)" \
+        1 "tg:v3:{bench|a=$k}|x" "$fill" >/dev/null
+    done
+  fi
+  python3 - "$SHA" "$calls" "$per" "$alg" "$nkeys" > "$WORK/pipe.resp" <<'PY'
 import random, struct, sys
-sha, calls, per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sha, calls, per, alg, nkeys = sys.argv[1], *map(int, sys.argv[2:])
 def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
-# Redis TIME (-1), 1 key, decide (0), no quota descriptors, 1 charge: key 1, fixed window,
-# limit 4e9 per 60 s, burst, no overdraft, cost 1, enforced
-packed = struct.pack("<13d", -1, 1, 0, 0, 1, 1, 0, 4e9, 60e6, 4e9, 0, 1, 0)
+limit, window, burst = [(4e9, 60e6, 4e9), (4e9, 60e6, 4e9), (1e6, 1e6, 4e6)][alg]
+# Redis TIME (-1), 1 key, decide (0), no quota descriptors, 1 charge: key 1, the algorithm,
+# limit, window, burst, no overdraft, cost 1, enforced
+packed = struct.pack("<13d", -1, 1, 0, 0, 1, 1, alg, limit, window, burst, 0, 1, 0)
 out = sys.stdout.buffer
 for _ in range(calls // per):
-    keys = [b"tg:v3:{bench|key=%d}|f1" % random.randrange(10000) for _ in range(per)]
-    args = [packed] * per
-    parts = [b"EVALSHA", sha.encode(), str(len(keys)).encode()] + keys + args
+    keys = [b"tg:v3:{bench|a=%d}|x" % random.randrange(nkeys) for _ in range(per)]
+    parts = [b"EVALSHA", sha.encode(), str(len(keys)).encode()] + keys + [packed] * per
     out.write(b"*%d\r\n" % len(parts) + b"".join(bulk(p) for p in parts))
 PY
   local r0 r1 t0 t1
@@ -169,8 +185,13 @@ PY
   grep -q 'errors: 0' "$WORK/pipe.out" || { echo "redis-cli --pipe failed: $(cat "$WORK/pipe.out")" >&2; exit 1; }
   python3 -c "print(f'| $name | {$calls/($t1-$t0):,.0f} | {($r1-$r0)/$calls*1e6:.1f} |')"
 }
-RB1=$(pipe "EVALSHA tollgate.lua, 1 call per script" "$SINGLE" 200000 1)
-RB16=$(pipe "EVALSHA tollgate.lua, a batch of 16 calls per script" "$SINGLE" 200000 16)
+CEILING=(
+  "$(pipe "fixed window, 1 call per script" "$SINGLE" 200000 1 0 10000)"
+  "$(pipe "fixed window, batches of 16 calls" "$SINGLE" 200000 16 0 10000)"
+  "$(pipe "sliding window, batches of 16 calls" "$SINGLE" 200000 16 1 10000)"
+  "$(pipe "token bucket, batches of 16 calls" "$SINGLE" 200000 16 2 10000)"
+  "$(pipe "sliding window, 1 key holding 1,000 granules, batches of 16" "$SINGLE" 20000 16 1 1 1000)"
+)
 if [ -n "${LIMITADOR_BIN:-}" ]; then
   echo "side by side with limitador..." >&2
   COMPARE=$(bash scripts/bench-compare.sh 3 "$DURATION")
@@ -194,10 +215,12 @@ RBINCR=$(redis-benchmark -p "$SINGLE" -n 200000 -c 50 -r 10000 -q INCR 'k:__rand
   echo
   echo "## The ceiling: the same script run directly (redis-cli --pipe, one connection)"
   echo
-  echo "| command | calls/s | Redis µs/call |"
+  echo "\`EVALSHA tollgate.lua\`, one enforced charge per call, 10,000 keys unless the row says"
+  echo "otherwise."
+  echo
+  echo "| calls | calls/s | Redis µs/call |"
   echo "|---|---|---|"
-  echo "$RB1"
-  echo "$RB16"
+  printf '%s\n' "${CEILING[@]}"
   echo "| INCR (for scale; redis-benchmark, 50 clients) | ${RBINCR:-?} | |"
   echo
   echo "## Hot shards: tenants below a constant first entry"

@@ -509,24 +509,32 @@ fn agree(kind: StoreKind, limit: &str, steps: Vec<(i64, RateLimitRequest)>) {
 }
 
 /// A sliding window that holds a full window of granules — one charge per 60 ms granule of a
-/// minute, so 1,000 live entries — answers on Redis what it answers in Rust. The script keeps
-/// a window's entries packed and reads only the ones a decision needs; this walks each of its
-/// paths at a size the random cases never reach: forgetting from the front, merging into the
-/// newest entry, a retry time deep in the log, and a take-back (the gate).
+/// minute, so 1,000 live entries — answers on Redis what it answers in Rust. The script reads
+/// and writes a window's log a few entries at a time; this walks each of its paths at a size
+/// the random cases never reach: forgetting from the front, merging into the newest entry, a
+/// retry time deep in the log, half the window leaving at once (then the log is rewritten
+/// without its forgotten entries), all of it leaving (it starts afresh), and take-backs (the
+/// gate), which the general path writes.
 #[test]
 fn lua_and_rust_agree_on_a_full_sliding_window() {
     const GRANULE_US: i64 = 60_000;
     let mut steps = Vec::new();
-    for i in 0..1_200u32 {
-        steps.push((GRANULE_US, request(vec![one("t")], 1 + i % 3)));
+    for i in 0..2_600u32 {
+        let after_us = match i {
+            1_500 => 30_000_000,
+            2_000 => 70_000_000,
+            _ => GRANULE_US,
+        };
+        steps.push((after_us, request(vec![one("t")], 1 + i % 3)));
         if i % 7 == 0 {
             steps.push((1_000, request(vec![one("t")], 1)));
         }
-        if i % 50 == 0 {
+        if i >= 2_200 && i % 50 == 0 {
             steps.push((0, request(vec![one("t"), one("gate")], 1)));
         }
         if i % 100 == 99 {
-            steps.push((0, request(vec![one("t")], 2_000)));
+            // Denied (the window holds over 100): it fits once all but 100 units have left.
+            steps.push((0, request(vec![one("t")], 2_900)));
         }
     }
     let limit = "{name: sw, unit: minute, requests_per_unit: 3000, algorithm: sliding_window}";

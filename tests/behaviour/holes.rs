@@ -744,3 +744,67 @@ fn fixed_window_keys_expire_with_their_window() {
         keys_expire_with_their_window,
     );
 }
+
+// --- A hot sliding window's log stays bounded ---------------------------------------------------
+
+const HOT_SLIDING: &str = "
+domain: slide
+descriptors:
+  - key: sw
+    rate_limit: {unit: minute, requests_per_unit: 100000, algorithm: sliding_window}
+";
+
+/// One key charged in every 60 ms granule for three minutes: its log holds a window's 1,000
+/// granules. The script forgets entries by moving the log's head (it never rewrites the whole
+/// log on a charge), and rewrites the log without them once they outnumber the live ones, so
+/// the value never grows past twice a window's granules (without that it would hold all
+/// 3,000).
+async fn a_hot_sliding_window_keeps_its_log_bounded(kind: StoreKind) {
+    let clock = ManualClock::new(T0);
+    let prefix = format!("slide{}:", kind.name());
+    let st = store_with(kind, &clock, |s| {
+        s.key_prefix = prefix.clone();
+        s.local_cache_size = 0;
+    })
+    .await;
+    let l = limiter(HOT_SLIDING, Settings::default(), st);
+    let r = req("slide", vec![d(&[("sw", "hot")])]);
+    let mut longest = 0;
+    for i in 0..3_000 {
+        clock.advance(60_000);
+        let resp = ask(&l, &r).await;
+        assert_eq!(resp.overall_code, OK, "[{}] charge {i}", kind.name());
+        if i % 100 == 0 || i == 2_999 {
+            let keys = stored_keys(kind, &prefix);
+            assert_eq!(keys.len(), 1, "[{}] {keys:?}", kind.name());
+            let (port, key) = keys[0].clone();
+            let len: usize = blocking(move || cli(kind, port, &["STRLEN", &key]))
+                .parse()
+                .expect("STRLEN");
+            longest = longest.max(len);
+        }
+        if i == 2_999 {
+            // A full window: one unit in each of the last 1,001 granules (a charge stamped
+            // with its granule's end is forgotten up to a granule after its window).
+            assert_eq!(
+                resp.statuses[0].limit_remaining,
+                100_000 - 1_001,
+                "[{}]",
+                kind.name()
+            );
+        }
+    }
+    assert!(
+        (16 * 1_000..=16 + 2 * 16 * 1_001).contains(&longest),
+        "[{}] the log grew to {longest} bytes",
+        kind.name()
+    );
+}
+
+#[test]
+fn a_hot_sliding_windows_log_stays_bounded() {
+    for_stores(
+        &[StoreKind::Redis, StoreKind::Cluster],
+        a_hot_sliding_window_keeps_its_log_bounded,
+    );
+}
