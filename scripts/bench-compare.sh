@@ -12,7 +12,8 @@
 # 64 in flight over 4 connections, all allowed. *per CPU-s* = decisions / CPU seconds of the
 # server process (user + system); *Redis µs/decision* = Redis CPU per decision.
 # TOLLGATE_BENCH_THREADS=1 runs the load generator on one thread (tollgate-bench reads it;
-# unset: one per core); TOLLGATE_BENCH_BIN runs another tollgate-bench binary.
+# unset: one per core); TOLLGATE_BENCH_BIN runs another tollgate-bench binary; TOLLGATE_ARGS
+# adds arguments to `tollgate serve` (e.g. "--serving-threads 1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -31,6 +32,7 @@ need redis-server redis-cli python3 curl
 echo "building tollgate (release)..." >&2
 cargo build --release --quiet --workspace --bins
 TG=target/release/tollgate
+read -r -a TG_ARGS <<< "${TOLLGATE_ARGS:-}"
 BENCH=${TOLLGATE_BENCH_BIN:-target/release/tollgate-bench}
 
 REDIS=$(free_port)
@@ -45,10 +47,10 @@ start() {
   PORT=$(free_port); local http; http=$(free_port)
   case "$1/$2" in
     tollgate/memory) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
-                       --http-addr "127.0.0.1:$http" --log error & ;;
+                       --http-addr "127.0.0.1:$http" --log error "${TG_ARGS[@]}" & ;;
     tollgate/redis) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
                       --http-addr "127.0.0.1:$http" --log error \
-                      --redis-url "redis://127.0.0.1:$REDIS" --redis-timeout 100ms & ;;
+                      --redis-url "redis://127.0.0.1:$REDIS" --redis-timeout 100ms "${TG_ARGS[@]}" & ;;
     limitador/memory) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
                         examples/limitador-bench.yaml memory >"$WORK/limitador.log" 2>&1 & ;;
     limitador/redis) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
@@ -83,7 +85,7 @@ for store in memory redis; do
   done
 done
 
-python3 - "$RESULTS" "$RUNS" "$DURATION" "${TOLLGATE_BENCH_THREADS:-0}" <<'PY'
+python3 - "$RESULTS" "$RUNS" "$DURATION" "${TOLLGATE_BENCH_THREADS:-0}" "${TOLLGATE_ARGS:-}" <<'PY'
 import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -97,8 +99,9 @@ for line in open(sys.argv[1]):
         "bad": d["errors"],
     })
 med = lambda runs, k: statistics.median(r[k] for r in runs)
+extra = f"; tollgate with `{sys.argv[5]}`" if sys.argv[5] else ""
 print(f"Medians of {sys.argv[2]} alternating {sys.argv[3]} runs per server and store; the load "
-      f"generator on `--threads {sys.argv[4]}`.\n")
+      f"generator on `--threads {sys.argv[4]}`{extra}.\n")
 print("| store | server | decisions/s | per server CPU-s | p99 ms | p99.9 ms | Redis µs/decision | errors | per CPU-s, each run |")
 print("|---|---|---|---|---|---|---|---|---|")
 for store in ("memory", "redis"):
