@@ -66,12 +66,16 @@ local function ttl_ms(expires)
   return math.max(math.ceil((expires - now) / 1000), 0) + TTL_SLACK_MS
 end
 
--- One enforced sliding-window charge (no overdraft), deciding, on key: what the general code
--- below answers for it, reading and writing only the bytes it needs (see the top).
-local function slide(key, limit, window, cost)
+-- One enforced sliding-window charge (no overdraft), deciding or (dry) only evaluating, on
+-- key: what the general code below answers for it, reading and writing only the bytes it
+-- needs (see the top). A dry run is the common call on a hot shared limit once a request is
+-- sure to be denied.
+local function slide(key, limit, window, cost, dry)
   local g = math.max(math.floor(window / 1000), 1000)
   local k = math.max(cost, 1)
   local total, head, len = 0, HEADER, HEADER
+  -- The last chunk of entries read, and where it starts.
+  local chunk, from
   local header = redis.call('GETRANGE', key, 0, HEADER - 1)
   if #header == HEADER then
     total, head = struct.unpack('<dd', header)
@@ -79,7 +83,8 @@ local function slide(key, limit, window, cost)
     -- Forget what has left the window, a chunk of entries at a time.
     local live = false
     while head < len and not live do
-      local chunk = redis.call('GETRANGE', key, head, head + CHUNK - 1)
+      from = head
+      chunk = redis.call('GETRANGE', key, head, head + CHUNK - 1)
       for pos = 1, #chunk, 16 do
         local t, c = struct.unpack('<dd', chunk, pos)
         if t + window > now then live = true; break end
@@ -90,7 +95,12 @@ local function slide(key, limit, window, cost)
   end
   local lt, lc
   if head < len then
-    lt, lc = struct.unpack('<dd', redis.call('GETRANGE', key, len - 16, len - 1))
+    -- The newest entry: the end of the chunk just read when it reached the end (a short log).
+    if from + #chunk == len then
+      lt, lc = struct.unpack('<dd', chunk, #chunk - 15)
+    else
+      lt, lc = struct.unpack('<dd', redis.call('GETRANGE', key, len - 16, len - 1))
+    end
   end
   if total + k > limit then
     -- Denied: nothing lands. A cost over the limit never fits; otherwise (then the window
@@ -111,7 +121,7 @@ local function slide(key, limit, window, cost)
     end
     return '=' .. struct.pack('<ddddddd', now, 0, math.max(limit - total, 0), wait, 0, 0, 0)
   end
-  if cost == 0 then
+  if cost == 0 or dry then
     local wait = 0
     if lt then wait = math.max(lt + window - now, 0) end
     return '=' .. struct.pack('<ddddddd', now, 1, limit - total, wait, 0, 0, 0)
@@ -147,15 +157,16 @@ local function slide(key, limit, window, cost)
 end
 
 -- The common case first: one enforced charge (no overdraft), deciding, on a fixed window (or,
--- by slide(), a sliding window). This is what the general code below answers for it, without
--- its tables; the differential test holds the two (and Rust) to the same answers and state.
+-- by slide(), a sliding window, deciding or in a dry run). This is what the general code below
+-- answers for it, without its tables; the differential test holds the two (and Rust) to the
+-- same answers and state.
 local function fast()
-  if n ~= 1 or mode ~= 0 then return nil end
+  if n ~= 1 or not (mode == 0 or dry) then return nil end
   local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
   if overdraft ~= 0 or role ~= 0 then return nil end
   local key = KEYS[KO + ki]
-  if alg == 1 then return slide(key, limit, window, cost) end
-  if alg ~= 0 then return nil end
+  if alg == 1 then return slide(key, limit, window, cost, dry) end
+  if alg ~= 0 or dry then return nil end
   local count, stop = 0, nil
   local raw = redis.call('GET', key)
   if raw then
