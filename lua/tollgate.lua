@@ -198,6 +198,65 @@ local function fast()
   return '=' .. struct.pack('<ddddddd', now, 0, math.max(limit - count, 0), wait, 0, 0, 0)
 end
 
+-- Several enforced charges (no overdraft), deciding, each on its own fixed window: the group
+-- of a hierarchical limit (per tenant, per tenant and model). What the general code below
+-- answers for them, without its tables and closures: every charge lands, or (one does not
+-- fit) none does. Per charge, in one flat table: key index, limit, window, cost, count, end
+-- (0: no window yet).
+local function several()
+  if n < 2 or mode ~= 0 then return nil end
+  local v = {}
+  for i = 1, n do
+    local ki, alg, limit, window, _, overdraft, cost, role =
+      struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
+    if alg ~= 0 or overdraft ~= 0 or role ~= 0 then return nil end
+    for j = 1, i - 1 do
+      if v[6 * j - 5] == ki then return nil end
+    end
+    local b = 6 * i - 6
+    v[b + 1], v[b + 2], v[b + 3], v[b + 4], v[b + 5], v[b + 6] = ki, limit, window, cost, 0, 0
+  end
+  local all = true
+  for i = 1, n do
+    local b = 6 * i - 6
+    local raw = redis.call('GET', KEYS[KO + v[b + 1]])
+    if raw then
+      local count, stop = struct.unpack('<dd', raw)
+      if stop > now then v[b + 5], v[b + 6] = count, stop end
+    end
+    if v[b + 5] + math.max(v[b + 4], 1) > v[b + 2] then all = false end
+  end
+  local out = { '=', struct.pack('<d', now) }
+  for i = 1, n do
+    local b = 6 * i - 6
+    local ki, limit, window, cost, count, stop =
+      v[b + 1], v[b + 2], v[b + 3], v[b + 4], v[b + 5], v[b + 6]
+    local k = math.max(cost, 1)
+    local fits = count + k <= limit
+    local wait
+    if stop > 0 then wait = stop - now else wait = window - (now % window) end
+    if all and cost > 0 then
+      count = count + cost
+      local key = KEYS[KO + ki]
+      if stop == 0 then
+        stop = now - (now % window) + window
+        wait = stop - now
+        redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
+      else
+        redis.call('SET', key, struct.pack('<dd', count, stop), 'KEEPTTL')
+      end
+      out[i + 2] = struct.pack('<dddddd', 1, limit - count, wait, cost, stop, 0)
+    elseif fits then
+      out[i + 2] = struct.pack('<dddddd', 1, limit - count, wait, 0, 0, 0)
+    else
+      -- Denied: a cost over the limit never fits; otherwise it fits once the window ends.
+      if k > limit then wait = -1 end
+      out[i + 2] = struct.pack('<dddddd', 0, math.max(limit - count, 0), wait, 0, 0, 0)
+    end
+  end
+  return table.concat(out)
+end
+
 -- Everything else: closures over the call state, made on the first call that needs them.
 local function build()
   -- Integer division of non-negative integers held in doubles, exact below 2^53.
@@ -739,7 +798,7 @@ local function one(ko, p)
     now = t
   end
   count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
-  local r = fast()
+  local r = fast() or several()
   if r then return r end
   if evaluate == nil then evaluate = build() end
   return evaluate()

@@ -517,17 +517,6 @@ descriptors:
     server.stop().await;
 }
 
-/// `EVALSHA` calls Redis has run so far (`INFO commandstats`).
-fn evalsha_calls(redis: &RedisServer) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_that_arrive_together_share_a_script_and_a_failing_call_fails_alone() {
     let redis = blocking(RedisServer::start);
@@ -547,7 +536,7 @@ async fn calls_that_arrive_together_share_a_script_and_a_failing_call_fails_alon
     redis.cli(&["HSET", &bad, "not", "a counter"]);
 
     // 64 calls at once on one connection: 31 tenants twice each, and the bad counter twice.
-    let before = evalsha_calls(&redis);
+    let before = redis.evalsha_calls();
     let mut calls = Vec::new();
     for i in 0..31 {
         calls.push((client.clone(), req(&format!("v{i}"))));
@@ -556,7 +545,7 @@ async fn calls_that_arrive_together_share_a_script_and_a_failing_call_fails_alon
     calls.push((client.clone(), req("bad")));
     calls.push((client.clone(), req("bad")));
     let results = burst(calls).await;
-    let scripts = evalsha_calls(&redis) - before;
+    let scripts = redis.evalsha_calls() - before;
     for (i, r) in results.iter().enumerate() {
         if i >= 62 {
             let e = r.as_ref().expect_err("the bad counter's call fails");

@@ -275,3 +275,55 @@ descriptors:
         "tenants did not spread over every primary: {per_primary:?}"
     );
 }
+
+/// A group's limits are decided all-or-nothing inside its one script call: a request that
+/// one limit of a hierarchical group denies (the model's) lands nothing on the others (the
+/// tenant's), so it costs Redis one `EVALSHA` and nothing is taken back. A script that landed
+/// the charges that fit would still answer right, but only after a take-back: a second call,
+/// and a moment in which the tenant's counter holds a charge it should not. Every algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_one_limit_denies_lands_nothing_in_one_script_call() {
+    use crate::support::kit::{blocking, wait_ready, RedisSetup};
+    use crate::support::redis::RedisServer;
+    let redis = blocking(RedisServer::start);
+    for alg in ALGORITHMS {
+        let yaml = format!(
+            "domain: all
+descriptors:
+  - key: tenant
+    hierarchical: true
+    rate_limit: {{name: tenant, unit: minute, requests_per_unit: 3, algorithm: {alg}}}
+    descriptors:
+      - key: model
+        rate_limit: {{name: model, unit: minute, requests_per_unit: 2, algorithm: {alg}}}
+"
+        );
+        let clock = ManualClock::new(T0_US);
+        let setup = RedisSetup::new(redis.url(), &clock);
+        let metrics = setup.metrics.clone();
+        let store = Arc::new(setup.connect());
+        wait_ready(store.as_ref()).await;
+        let limiter = limiter(&yaml, Settings::default(), store);
+        let req = |model: &str| {
+            request(
+                "all",
+                vec![descriptor(&[("tenant", "acme"), ("model", model)])],
+            )
+        };
+        let before = blocking(|| redis.evalsha_calls());
+        let mut codes = Vec::new();
+        for model in ["gpt", "gpt", "gpt", "claude", "claude"] {
+            let resp = limiter
+                .should_rate_limit(&req(model))
+                .await
+                .expect("decided");
+            codes.push(resp.overall_code);
+        }
+        // gpt, gpt; the third gpt is over the model's 2 and charges the tenant nothing, so
+        // claude still fits (the tenant's 3rd) and then the tenant is full.
+        assert_eq!(codes, [OK, OK, OVER_LIMIT, OK, OVER_LIMIT], "{alg}");
+        let calls = blocking(|| redis.evalsha_calls()) - before;
+        assert_eq!(calls, 5, "{alg}: one script call per request");
+        assert_eq!(metrics.refunds.get(), 0, "{alg}: take-backs");
+    }
+}

@@ -12,25 +12,14 @@ use tollgate::settings::Settings;
 use tollgate::store::Store;
 
 use crate::support::kit::{blocking, limiter, wait_ready, RedisSetup};
-use crate::support::redis::RedisCluster;
+use crate::support::redis::{evalsha_calls_on, RedisCluster};
 use crate::support::server::{descriptor, request, OK, T0_US};
 
 const LIMIT: u32 = 10;
 
 /// `EVALSHA` calls each node has served, from `INFO commandstats`.
-fn evalsha_calls(cluster: &RedisCluster, ports: &[u16]) -> u64 {
-    ports
-        .iter()
-        .map(|&p| {
-            let stats = cluster.cli(p, &["INFO", "commandstats"]);
-            stats
-                .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
+fn evalsha_calls(ports: &[u16]) -> u64 {
+    ports.iter().map(|&p| evalsha_calls_on(p)).sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,7 +44,7 @@ async fn requests_that_charge_nothing_are_answered_by_replicas() {
     };
 
     // Charges go to the primaries only.
-    let on_replicas = blocking(|| evalsha_calls(&cluster, &replicas));
+    let on_replicas = blocking(|| evalsha_calls(&replicas));
     for _ in 0..4 {
         let resp = limiter
             .should_rate_limit(&ask("acme", 1))
@@ -63,7 +52,7 @@ async fn requests_that_charge_nothing_are_answered_by_replicas() {
             .expect("answered");
         assert_eq!(resp.overall_code, OK);
     }
-    assert_eq!(blocking(|| evalsha_calls(&cluster, &replicas)), on_replicas);
+    assert_eq!(blocking(|| evalsha_calls(&replicas)), on_replicas);
 
     // Check-only requests: answered by replicas (once a primary lists its replica, which it
     // does after the replica has acknowledged replication; upkeep re-reads the topology until
@@ -71,13 +60,13 @@ async fn requests_that_charge_nothing_are_answered_by_replicas() {
     let mut answered = None;
     for _ in 0..100 {
         store.maintain().await;
-        let before = blocking(|| evalsha_calls(&cluster, &replicas));
+        let before = blocking(|| evalsha_calls(&replicas));
         let resp = limiter
             .should_rate_limit(&ask("acme", 0))
             .await
             .expect("answered");
         assert_eq!(resp.overall_code, OK, "{resp:?}");
-        let by_replica = blocking(|| evalsha_calls(&cluster, &replicas)) > before;
+        let by_replica = blocking(|| evalsha_calls(&replicas)) > before;
         answered = Some((by_replica, resp.statuses[0].limit_remaining));
         if answered == Some((true, LIMIT - 4)) {
             break;
@@ -90,7 +79,7 @@ async fn requests_that_charge_nothing_are_answered_by_replicas() {
         "(by a replica, remaining)"
     );
     // From now on, its check-only requests never reach a primary.
-    let on_primaries = blocking(|| evalsha_calls(&cluster, &primaries));
+    let on_primaries = blocking(|| evalsha_calls(&primaries));
     for _ in 0..5 {
         let resp = limiter
             .should_rate_limit(&ask("acme", 0))
@@ -99,7 +88,7 @@ async fn requests_that_charge_nothing_are_answered_by_replicas() {
         assert_eq!(resp.statuses[0].limit_remaining, LIMIT - 4);
     }
     assert_eq!(
-        blocking(|| evalsha_calls(&cluster, &primaries)),
+        blocking(|| evalsha_calls(&primaries)),
         on_primaries,
         "a check-only request reached a primary"
     );

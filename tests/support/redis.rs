@@ -136,6 +136,11 @@ impl RedisServer {
         cli_on(self.port, args)
     }
 
+    /// `EVALSHA` calls this server has run so far (`INFO commandstats`).
+    pub fn evalsha_calls(&self) -> u64 {
+        evalsha_calls_on(self.port)
+    }
+
     /// Kills the server (SIGKILL: no shutdown save, like a crash) but keeps its port and
     /// directory so [`restart`](Self::restart) brings the same node back.
     pub fn stop(&mut self) {
@@ -667,6 +672,16 @@ fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
             .strip_prefix(':')
             .map(str::trim_end)
     })
+}
+
+/// `EVALSHA` calls the server on `port` has run so far (`INFO commandstats`).
+pub fn evalsha_calls_on(port: u16) -> u64 {
+    cli_on(port, &["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 fn cli_on(port: u16, args: &[&str]) -> String {
