@@ -156,6 +156,45 @@ local function slide(key, limit, window, cost, dry)
     cost, granule, 0)
 end
 
+-- A fixed window's counter: its count and end, or 0, 0 when it has none (or it has ended).
+local function counter(key)
+  local raw = redis.call('GET', key)
+  if raw then
+    local count, stop = struct.unpack('<dd', raw)
+    if stop > now then return count, stop end
+  end
+  return 0, 0
+end
+
+-- The answer (6 numbers, packed) to one enforced charge (no overdraft) on a fixed window that
+-- holds count until stop (0: no window yet); the charge lands when land is true (it fits, and
+-- so does the rest of its group).
+local function settle(key, limit, window, cost, count, stop, land)
+  local k = math.max(cost, 1)
+  local wait
+  if stop > 0 then wait = stop - now else wait = window - (now % window) end
+  if land and cost > 0 then
+    count = count + cost
+    if stop == 0 then
+      stop = now - (now % window) + window
+      wait = stop - now
+      redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
+    else
+      -- The window's key already expires at its end plus the slack: keep that expiry
+      -- (KEEPTTL spares Redis a new one, ~20% of this call's cost).
+      redis.call('SET', key, struct.pack('<dd', count, stop), 'KEEPTTL')
+    end
+    return struct.pack('<dddddd', 1, limit - count, wait, cost, stop, 0)
+  end
+  if count + k <= limit then
+    return struct.pack('<dddddd', 1, limit - count, wait, 0, 0, 0)
+  end
+  -- Denied: nothing lands. A cost over the limit can never fit; otherwise (then the window
+  -- holds charges) it fits once the window ends.
+  if k > limit then wait = -1 end
+  return struct.pack('<dddddd', 0, math.max(limit - count, 0), wait, 0, 0, 0)
+end
+
 -- The common case first: one enforced charge (no overdraft), deciding, on a fixed window (or,
 -- by slide(), a sliding window, deciding or in a dry run). This is what the general code below
 -- answers for it, without its tables; the differential test holds the two (and Rust) to the
@@ -167,42 +206,15 @@ local function fast()
   local key = KEYS[KO + ki]
   if alg == 1 then return slide(key, limit, window, cost, dry) end
   if alg ~= 0 or dry then return nil end
-  local count, stop = 0, nil
-  local raw = redis.call('GET', key)
-  if raw then
-    count, stop = struct.unpack('<dd', raw)
-    if stop <= now then count, stop = 0, nil end
-  end
-  local k = math.max(cost, 1)
-  if count + k <= limit then
-    if cost == 0 then
-      local wait = window - (now % window)
-      if stop then wait = stop - now end
-      return '=' .. struct.pack('<ddddddd', now, 1, limit - count, wait, 0, 0, 0)
-    end
-    count = count + cost
-    if stop == nil then
-      stop = now - (now % window) + window
-      redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
-    else
-      -- The window's key already expires at its end plus the slack: keep that expiry
-      -- (KEEPTTL spares Redis a new one, ~20% of this call's cost).
-      redis.call('SET', key, struct.pack('<dd', count, stop), 'KEEPTTL')
-    end
-    return '=' .. struct.pack('<ddddddd', now, 1, limit - count, stop - now, cost, stop, 0)
-  end
-  -- Denied: nothing lands. A cost over the limit can never fit; otherwise (then the window
-  -- holds charges) it fits once the window ends.
-  local wait = -1
-  if k <= limit then wait = stop - now end
-  return '=' .. struct.pack('<ddddddd', now, 0, math.max(limit - count, 0), wait, 0, 0, 0)
+  local count, stop = counter(key)
+  local fits = count + math.max(cost, 1) <= limit
+  return '=' .. struct.pack('<d', now) .. settle(key, limit, window, cost, count, stop, fits)
 end
 
 -- Several enforced charges (no overdraft), deciding, each on its own fixed window: the group
 -- of a hierarchical limit (per tenant, per tenant and model). What the general code below
 -- answers for them, without its tables and closures: every charge lands, or (one does not
--- fit) none does. Per charge, in one flat table: key index, limit, window, cost, count, end
--- (0: no window yet).
+-- fit) none does. Per charge, in one flat table: key index, limit, window, cost, count, end.
 local function several()
   if n < 2 or mode ~= 0 then return nil end
   local v = {}
@@ -214,45 +226,18 @@ local function several()
       if v[6 * j - 5] == ki then return nil end
     end
     local b = 6 * i - 6
-    v[b + 1], v[b + 2], v[b + 3], v[b + 4], v[b + 5], v[b + 6] = ki, limit, window, cost, 0, 0
+    v[b + 1], v[b + 2], v[b + 3], v[b + 4] = ki, limit, window, cost
   end
   local all = true
   for i = 1, n do
     local b = 6 * i - 6
-    local raw = redis.call('GET', KEYS[KO + v[b + 1]])
-    if raw then
-      local count, stop = struct.unpack('<dd', raw)
-      if stop > now then v[b + 5], v[b + 6] = count, stop end
-    end
+    v[b + 5], v[b + 6] = counter(KEYS[KO + v[b + 1]])
     if v[b + 5] + math.max(v[b + 4], 1) > v[b + 2] then all = false end
   end
   local out = { '=', struct.pack('<d', now) }
   for i = 1, n do
     local b = 6 * i - 6
-    local ki, limit, window, cost, count, stop =
-      v[b + 1], v[b + 2], v[b + 3], v[b + 4], v[b + 5], v[b + 6]
-    local k = math.max(cost, 1)
-    local fits = count + k <= limit
-    local wait
-    if stop > 0 then wait = stop - now else wait = window - (now % window) end
-    if all and cost > 0 then
-      count = count + cost
-      local key = KEYS[KO + ki]
-      if stop == 0 then
-        stop = now - (now % window) + window
-        wait = stop - now
-        redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
-      else
-        redis.call('SET', key, struct.pack('<dd', count, stop), 'KEEPTTL')
-      end
-      out[i + 2] = struct.pack('<dddddd', 1, limit - count, wait, cost, stop, 0)
-    elseif fits then
-      out[i + 2] = struct.pack('<dddddd', 1, limit - count, wait, 0, 0, 0)
-    else
-      -- Denied: a cost over the limit never fits; otherwise it fits once the window ends.
-      if k > limit then wait = -1 end
-      out[i + 2] = struct.pack('<dddddd', 0, math.max(limit - count, 0), wait, 0, 0, 0)
-    end
+    out[i + 2] = settle(KEYS[KO + v[b + 1]], v[b + 2], v[b + 3], v[b + 4], v[b + 5], v[b + 6], all)
   end
   return table.concat(out)
 end
