@@ -6,7 +6,7 @@
 -- the state left behind. Times are microseconds. Every number stays an integer below 2^53
 -- (config validation and --max-hits bound the inputs; see README "Decision semantics").
 --
--- KEYS: the group's distinct counter keys (one hash tag, so one slot).
+-- KEYS: the group's distinct counter keys (one hash tag, so one slot), each charged at least once.
 -- ARGV[1]: every number of the call, packed as little-endian doubles (struct '<d'; each an
 --   integer below 2^53, so exact), which spares Redis an argument string per number and the
 --   script a tonumber each:
@@ -45,7 +45,7 @@
 
 -- The call being decided: its offset into KEYS, its packed numbers, and its arguments.
 local KO, P = 0, ''
-local now, mode, count_rejected, dry, refunding, quota_total, n, charges
+local now, nkeys, mode, count_rejected, dry, refunding, quota_total, n, charges
 -- Where the first charge starts in P (after now, the number of keys, mode, quota descriptors
 -- and n), and each's size.
 local FIRST, CHARGE, UNDO = 41, 64, 40
@@ -215,16 +215,14 @@ end
 -- of a hierarchical limit (per tenant, per tenant and model). What the general code below
 -- answers for them, without its tables and closures: every charge lands, or (one does not
 -- fit) none does. Per charge, in one flat table: key index, limit, window, cost, count, end.
+-- Every key of a call has a charge, so as many keys as charges means one charge per key.
 local function several()
-  if n < 2 or mode ~= 0 then return nil end
+  if n < 2 or mode ~= 0 or nkeys ~= n then return nil end
   local v = {}
   for i = 1, n do
     local ki, alg, limit, window, _, overdraft, cost, role =
       struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
     if alg ~= 0 or overdraft ~= 0 or role ~= 0 then return nil end
-    for j = 1, i - 1 do
-      if v[6 * j - 5] == ki then return nil end
-    end
     local b = 6 * i - 6
     v[b + 1], v[b + 2], v[b + 3], v[b + 4] = ki, limit, window, cost
   end
@@ -772,7 +770,7 @@ local evaluate
 local function one(ko, p)
   KO, P = ko, p
   local t, _
-  t, _, mode, quota_total, n = struct.unpack('<ddddd', P)
+  t, nkeys, mode, quota_total, n = struct.unpack('<ddddd', P)
   if t < 0 then
     if clock == nil then
       local time = redis.call('TIME')

@@ -676,10 +676,10 @@ fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 
 /// `EVALSHA` calls the server on `port` has run so far (`INFO commandstats`).
 pub fn evalsha_calls_on(port: u16) -> u64 {
-    cli_on(port, &["INFO", "commandstats"])
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
+    let stats = cli_on(port, &["INFO", "commandstats"]);
+    info_field(&stats, "cmdstat_evalsha")
+        .and_then(|v| v.strip_prefix("calls="))
+        .and_then(|v| v.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
