@@ -31,8 +31,8 @@
 -- <us, frac, born, seq, dropped> then <seq, debt_us, debt_frac>* (tat = us + frac / limit; the
 -- debts later charges found).
 --
--- A sliding window holds up to 1,000 granules (16 KB). Its common case (slide()) reads and
--- writes only the bytes it needs with GETRANGE, SETRANGE and APPEND: the header, the entries
+-- A sliding window holds up to 1,000 granules (16 KB). Its common case (peek() then slid(),
+-- for enforced charges each on its own key) reads and writes only the bytes it needs with GETRANGE, SETRANGE and APPEND: the header, the entries
 -- it forgets, the newest. It never has Redis copy the whole log, nor Lua build a string of
 -- its size: many near-identical long strings make Lua's string interning compare each new
 -- one with the others byte by byte, which made a hot key's cost grow with its log.
@@ -51,11 +51,14 @@ local now, nkeys, mode, count_rejected, dry, refunding, quota_total, n, charges
 local FIRST, CHARGE, UNDO = 41, 64, 40
 -- Redis TIME, read once per script run.
 local clock
+-- The general code's functions: build() (defined below) makes them on the first call that
+-- needs them.
+local build, built
 
 local DEBT_CAP_FACTOR = 100
 local HISTORY = 8
--- A sliding window's header <total, head>; how many bytes of entries slide() reads at a time;
--- forgotten bytes it lets pile up before it rewrites the log (and only once they outnumber
+-- A sliding window's header <total, head>; how many bytes of entries peek() reads at a time;
+-- forgotten bytes slid() lets pile up before it rewrites the log (and only once they outnumber
 -- the live ones).
 local HEADER, CHUNK, COMPACT = 16, 256, 4096
 -- Keys outlive their state by this much, so a key never disappears while a clock a little
@@ -66,13 +69,10 @@ local function ttl_ms(expires)
   return math.max(math.ceil((expires - now) / 1000), 0) + TTL_SLACK_MS
 end
 
--- One enforced sliding-window charge (no overdraft), deciding or (dry) only evaluating, on
--- key: what the general code below answers for it, reading and writing only the bytes it
--- needs (see the top). A dry run is the common call on a hot shared limit once a request is
--- sure to be denied.
-local function slide(key, limit, window, cost, dry)
-  local g = math.max(math.floor(window / 1000), 1000)
-  local k = math.max(cost, 1)
+-- A sliding window's log as it stands (see the top), reading only the bytes it needs: the
+-- total of its live entries, where they start, the log's length, and its newest entry (nil
+-- when none is live). Forgets nothing in Redis: slid() writes what it forgot when it lands.
+local function peek(key, window)
   local total, head, len = 0, HEADER, HEADER
   -- The last chunk of entries read, and where it starts.
   local chunk, from
@@ -102,6 +102,15 @@ local function slide(key, limit, window, cost, dry)
       lt, lc = struct.unpack('<dd', redis.call('GETRANGE', key, len - 16, len - 1))
     end
   end
+  return total, head, len, lt, lc
+end
+
+-- The answer (6 numbers, packed) to one enforced charge (no overdraft) on the sliding window
+-- that peek() read; the charge lands when land is true (it fits, and so does the rest of its
+-- group). What the general code below answers for it, reading and writing only the bytes it
+-- needs.
+local function slid(key, limit, window, cost, total, head, len, lt, lc, land)
+  local k = math.max(cost, 1)
   if total + k > limit then
     -- Denied: nothing lands. A cost over the limit never fits; otherwise (then the window
     -- holds charges) it fits once enough of the oldest usage has left.
@@ -119,13 +128,14 @@ local function slide(key, limit, window, cost, dry)
         pos = pos + #chunk
       end
     end
-    return '=' .. struct.pack('<ddddddd', now, 0, math.max(limit - total, 0), wait, 0, 0, 0)
+    return struct.pack('<dddddd', 0, math.max(limit - total, 0), wait, 0, 0, 0)
   end
-  if cost == 0 or dry then
+  if cost == 0 or not land then
     local wait = 0
     if lt then wait = math.max(lt + window - now, 0) end
-    return '=' .. struct.pack('<ddddddd', now, 1, limit - total, wait, 0, 0, 0)
+    return struct.pack('<dddddd', 1, limit - total, wait, 0, 0, 0)
   end
+  local g = math.max(math.floor(window / 1000), 1000)
   total = total + cost
   local at = now
   if lt then at = math.max(now, lt) end
@@ -152,8 +162,8 @@ local function slide(key, limit, window, cost, dry)
       redis.call('SETRANGE', key, 0, struct.pack('<dd', total, head))
     end
   end
-  return '=' .. struct.pack('<ddddddd', now, 1, limit - total, math.max(stamp + window - now, 0),
-    cost, granule, 0)
+  return struct.pack('<dddddd', 1, limit - total, math.max(stamp + window - now, 0), cost,
+    granule, 0)
 end
 
 -- A fixed window's counter: its count and end, or 0, 0 when it has none (or it has ended).
@@ -195,53 +205,81 @@ local function settle(key, limit, window, cost, count, stop, land)
   return struct.pack('<dddddd', 0, math.max(limit - count, 0), wait, 0, 0, 0)
 end
 
--- The common case first: one enforced charge (no overdraft), deciding, on a fixed window (or,
--- by slide(), a sliding window, deciding or in a dry run). This is what the general code below
--- answers for it, without its tables; the differential test holds the two (and Rust) to the
--- same answers and state.
+-- The common case first: one enforced charge (no overdraft) on a fixed or sliding window,
+-- deciding or (dry) only evaluating. A dry run is the common call on a hot shared limit once
+-- a request is sure to be denied. This is what the general code below answers for it, without
+-- its tables; the differential test holds the two (and Rust) to the same answers and state.
 local function fast()
   if n ~= 1 or not (mode == 0 or dry) then return nil end
   local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
-  if overdraft ~= 0 or role ~= 0 then return nil end
-  local key = KEYS[KO + ki]
-  if alg == 1 then return slide(key, limit, window, cost, dry) end
-  if alg ~= 0 or dry then return nil end
+  if overdraft ~= 0 or role ~= 0 or alg > 1 then return nil end
+  local key, k = KEYS[KO + ki], math.max(cost, 1)
+  if alg == 1 then
+    local total, head, len, lt, lc = peek(key, window)
+    return '=' .. struct.pack('<d', now) ..
+      slid(key, limit, window, cost, total, head, len, lt, lc, not dry and total + k <= limit)
+  end
   local count, stop = counter(key)
-  local fits = count + math.max(cost, 1) <= limit
-  return '=' .. struct.pack('<d', now) .. settle(key, limit, window, cost, count, stop, fits)
+  return '=' .. struct.pack('<d', now) ..
+    settle(key, limit, window, cost, count, stop, not dry and count + k <= limit)
 end
 
--- Several enforced charges (no overdraft), deciding, each on its own fixed window: the group
--- of a hierarchical limit (per tenant, per tenant and model). What the general code below
--- answers for them, without its tables and closures: every charge lands, or (one does not
--- fit) none does. Per charge, in one flat table: key index, limit, window, cost, count, end.
--- Every key of a call has a charge, so as many keys as charges means one charge per key.
+-- Enforced charges (no overdraft), each on its own key, deciding or (dry) only evaluating:
+-- the group of a hierarchical limit (per tenant, per tenant and model), or on one Redis node a
+-- whole request. What the general code below answers for them, without its per-key maps,
+-- copies and verdict: read every counter, then every charge lands or (one does not fit) none
+-- does. Fixed and sliding windows take counter() and peek() (no table per charge); a token
+-- bucket, the general code's functions. Per charge, in one flat table of STRIDE slots: key
+-- index, algorithm, limit, window, cost, then what counter() or peek() read (the count or
+-- total first), or a token bucket's parameters and state. Every key of a call has a charge, so
+-- as many keys as charges means one charge per key.
+local STRIDE = 10
 local function several()
-  if n < 2 or mode ~= 0 or nkeys ~= n then return nil end
+  if not (mode == 0 or dry) or nkeys ~= n then return nil end
   local v = {}
   for i = 1, n do
     local ki, alg, limit, window, _, overdraft, cost, role =
       struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-    if alg ~= 0 or overdraft ~= 0 or role ~= 0 then return nil end
-    local b = 6 * i - 6
-    v[b + 1], v[b + 2], v[b + 3], v[b + 4] = ki, limit, window, cost
+    if overdraft ~= 0 or role ~= 0 then return nil end
+    local b = STRIDE * (i - 1)
+    v[b + 1], v[b + 2], v[b + 3], v[b + 4], v[b + 5] = ki, alg, limit, window, cost
   end
-  local all = true
+  local all = not dry
   for i = 1, n do
-    local b = 6 * i - 6
-    v[b + 5], v[b + 6] = counter(KEYS[KO + v[b + 1]])
-    if v[b + 5] + math.max(v[b + 4], 1) > v[b + 2] then all = false end
+    local b = STRIDE * (i - 1)
+    local key, alg = KEYS[KO + v[b + 1]], v[b + 2]
+    local fits
+    if alg == 2 then
+      if built == nil then built = build() end
+      v[b + 6], v[b + 7], fits = built.bucket(i, key)
+    else
+      if alg == 0 then
+        v[b + 6], v[b + 7] = counter(key)
+      else
+        v[b + 6], v[b + 7], v[b + 8], v[b + 9], v[b + 10] = peek(key, v[b + 4])
+      end
+      fits = v[b + 6] + math.max(v[b + 5], 1) <= v[b + 3]
+    end
+    if not fits then all = false end
   end
   local out = { '=', struct.pack('<d', now) }
   for i = 1, n do
-    local b = 6 * i - 6
-    out[i + 2] = settle(KEYS[KO + v[b + 1]], v[b + 2], v[b + 3], v[b + 4], v[b + 5], v[b + 6], all)
+    local b = STRIDE * (i - 1)
+    local key, alg = KEYS[KO + v[b + 1]], v[b + 2]
+    if alg == 0 then
+      out[i + 2] = settle(key, v[b + 3], v[b + 4], v[b + 5], v[b + 6], v[b + 7], all)
+    elseif alg == 1 then
+      out[i + 2] = slid(key, v[b + 3], v[b + 4], v[b + 5], v[b + 6], v[b + 7], v[b + 8],
+        v[b + 9], v[b + 10], all)
+    else
+      out[i + 2] = built.bucket_answer(key, v[b + 6], v[b + 7], all)
+    end
   end
   return table.concat(out)
 end
 
 -- Everything else: closures over the call state, made on the first call that needs them.
-local function build()
+build = function()
   -- Integer division of non-negative integers held in doubles, exact below 2^53.
   local function idiv(a, b)
     local q = math.floor(a / b)
@@ -650,28 +688,27 @@ local function build()
     return struct.pack('<dddddd', allowed and 1 or 0, remaining(s, c), wait, added, mark1, mark2)
   end
 
-  -- One enforced charge (no overdraft), deciding: what the batch below answers for it,
-  -- without the tables a batch of charges needs. (fast() takes fixed and sliding windows
-  -- first, so this is a token bucket's.)
-  local function single()
-    if n ~= 1 or mode ~= 0 then return nil end
-    local c = unpack_charge(1)
-    if c.overdraft or c.role ~= 'e' then return nil end
-    local key = KEYS[KO + c.key]
+  -- A token bucket's charge i of several() (see there): its parameters and state, whether it
+  -- fits, and the answer to it (land: the group lands).
+  local function bucket(i, key)
+    local c = unpack_charge(i)
     local s = load(key, c)
+    return c, s, fits(s, c, math.max(c.cost, 1))
+  end
+
+  local function bucket_answer(key, c, s, land)
     local k = math.max(c.cost, 1)
-    if not fits(s, c, k) then
-      return '=' .. struct.pack('<d', now) .. reply(c, s, false, retry_after(s, c, k), 0, 0, 0)
-    end
-    local added, mark1, mark2 = 0, 0, 0
-    if c.cost > 0 then
+    local allowed, added, mark1, mark2 = land or fits(s, c, k), 0, 0, 0
+    if land and c.cost > 0 then
       local after, a, m1, m2 = charge(s, c)
       if a > 0 then
         store(key, after, c)
         s, added, mark1, mark2 = after, a, m1, m2
       end
     end
-    return '=' .. struct.pack('<d', now) .. reply(c, s, true, reset_after(s, c), added, mark1, mark2)
+    local wait
+    if allowed then wait = reset_after(s, c) else wait = retry_after(s, c, k) end
+    return reply(c, s, allowed, wait, added, mark1, mark2)
   end
 
   local function general()
@@ -761,10 +798,9 @@ local function build()
     return table.concat(out)
   end
 
-  return function() return single() or general() end
+  return { general = general, bucket = bucket, bucket_answer = bucket_answer }
 end
 
-local evaluate
 
 -- Decides the call whose keys start after KEYS[ko], from its packed numbers p.
 local function one(ko, p)
@@ -783,8 +819,8 @@ local function one(ko, p)
   count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
   local r = fast() or several()
   if r then return r end
-  if evaluate == nil then evaluate = build() end
-  return evaluate()
+  if built == nil then built = build() end
+  return built.general()
 end
 
 if #ARGV == 1 then return one(0, ARGV[1]) end

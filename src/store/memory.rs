@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::placement::{place, Placed};
+use super::placement::{place, Layout, Placed};
 use super::protocol::{GroupAnswer, Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
 use crate::algorithm::batch::{self, BatchCharge, BatchMode, Counter};
@@ -104,6 +104,7 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     last_sweep_us: AtomicU64,
     metrics: Arc<Metrics>,
+    layout: Layout,
 }
 
 impl Store for MemoryStore {
@@ -204,7 +205,17 @@ impl MemoryStore {
             clock,
             last_sweep_us: AtomicU64::new(0),
             metrics: Arc::default(),
+            layout: Layout::OneNode,
         }
+    }
+
+    /// Groups a request's charges as `layout` says: [`Layout::OneNode`] (the default: one
+    /// instance, every counter in one place, so a request is one all-or-nothing group) or
+    /// [`Layout::ByTag`], step for step what a Redis Cluster decides (groups by hash tag,
+    /// shared limits after, take-backs), which the tests compare a cluster with.
+    pub fn with_layout(mut self, layout: Layout) -> MemoryStore {
+        self.layout = layout;
+        self
     }
 
     /// Counts into `metrics` (take-backs, evictions).
@@ -251,7 +262,7 @@ impl MemoryStore {
 
     fn apply_now(&self, plan: &Plan<'_>, mode: ApplyMode) -> Vec<ChargeOutcome> {
         let now = self.clock.now_us();
-        let placed = place(plan, "");
+        let placed = place(plan, "", self.layout);
         let shard_of: Vec<usize> = placed.specs.iter().map(|s| self.shard_of(&s.key)).collect();
         let mut order = shard_of.clone();
         order.sort_unstable();

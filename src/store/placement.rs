@@ -1,6 +1,8 @@
 //! Placement groups: a request's charges split by hash tag. Every key of a group lives in one
 //! Redis Cluster slot, so one script call decides and charges the group atomically; the
-//! memory store decides the same groups the same way (see [`super::protocol`]).
+//! memory store decides the same groups the same way (see [`super::protocol`]). On one Redis
+//! node every key is in one place, so a request's charges form one group there (leased shared
+//! limits aside, which the Redis store answers from its leases).
 //!
 //! Order is fixed for every request: descriptor groups first, then shared (global) limits,
 //! each in order of first appearance. Pure, so it is unit-tested here.
@@ -47,14 +49,29 @@ pub struct Placed<'a> {
     pub quota_descriptors: usize,
 }
 
-/// Groups `plan`'s charges by hash tag, keys prefixed with `prefix` (owned keys when there is
-/// a prefix): descriptor groups first, shared limits last, each in order of first appearance.
-pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str) -> Placed<'a> {
-    let mut tags: Vec<&str> = Vec::new();
+/// Where a store's keys live, which decides what one script call may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A slot per hash tag (Redis Cluster; the memory store answers as a cluster does): a
+    /// group per tag.
+    ByTag,
+    /// One node (a single Redis, Sentinel's primary): every charge in one group, which one
+    /// script call decides all-or-nothing, with nothing to take back; a leased shared limit
+    /// keeps a group of its own.
+    OneNode,
+}
+
+/// Groups `plan`'s charges by hash tag (or, on one node, together), keys prefixed with
+/// `prefix` (owned keys when there is a prefix): descriptor groups first, shared limits last,
+/// each in order of first appearance.
+pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str, layout: Layout) -> Placed<'a> {
+    // Per group, its tag (None: the one-node group).
+    let mut tags: Vec<Option<&str>> = Vec::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut specs = Vec::with_capacity(plan.charges.len());
     for (ci, c) in plan.charges.iter().enumerate() {
-        let tag = c.tag();
+        let by_tag = layout == Layout::ByTag || (c.limit.shared && c.limit.lease > 0);
+        let tag = by_tag.then(|| c.tag());
         let gi = match tags.iter().position(|t| *t == tag) {
             Some(i) => i,
             None => {
@@ -63,7 +80,7 @@ pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str) -> Placed<'a> {
                     keys: Vec::new(),
                     charges: Vec::new(),
                     key_of: Vec::new(),
-                    shared: c.limit.shared,
+                    shared: by_tag && c.limit.shared,
                 });
                 groups.len() - 1
             }
@@ -169,7 +186,7 @@ mod tests {
             charge("{d|t=b}|f60", false),
             charge("{d|t=a}|f60", false),
         ]);
-        let placed = place(&plan, "tg:2:");
+        let placed = place(&plan, "tg:2:", Layout::ByTag);
         assert_eq!(placed.specs[1].key, "tg:2:{d|t=a}|f60");
         assert_eq!(
             placed.groups,
@@ -197,10 +214,41 @@ mod tests {
     }
 
     #[test]
+    fn one_node_puts_every_charge_in_one_group_but_a_leased_shared_limit() {
+        let mut leased = charge("{d|l=*|*}|f60", true);
+        leased.limit.to_mut().lease = 10;
+        let plan = plan(vec![
+            charge("{d|g=*|*}|f60", true),
+            charge("{d|t=a}|f60", false),
+            leased,
+            charge("{d|t=b}|f60", false),
+            charge("{d|t=a}|f60", false),
+        ]);
+        let placed = place(&plan, "", Layout::OneNode);
+        assert_eq!(
+            placed.groups,
+            vec![
+                Group {
+                    keys: vec![0, 1, 3],
+                    charges: vec![0, 1, 3, 4],
+                    key_of: vec![0, 1, 2, 1],
+                    shared: false,
+                },
+                Group {
+                    keys: vec![2],
+                    charges: vec![2],
+                    key_of: vec![0],
+                    shared: true,
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn shared_comes_from_the_limit_not_the_key() {
         // A value that ends in `|*` once unescaped must not make a group shared.
         let plan = plan(vec![charge("{d|k=v%7C%2A}|f60", false)]);
-        let placed = place(&plan, "");
+        let placed = place(&plan, "", Layout::ByTag);
         assert!(!placed.groups[0].shared);
     }
 }

@@ -7,7 +7,9 @@
 //! back. Each group commits by its own verdict; when the request's final verdict says a
 //! landed charge must not stay, that group takes it back exactly and answers again as things
 //! stand. The memory store runs all of this under its locks, so it stays atomic, and answers
-//! what Redis answers, step for step (the differential test compares them).
+//! what Redis answers, step for step (the differential test compares them). On one node
+//! ([`super::placement::Layout::OneNode`]) a request is one group, so this is one run whose
+//! verdict is the request's, with nothing to take back.
 //!
 //! A store drives [`Protocol`]: ask [`Protocol::step`] what to run, run it, give each group's
 //! answer to [`Protocol::record`], until [`Next::Done`].

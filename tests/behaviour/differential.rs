@@ -23,7 +23,7 @@ use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::service::RateLimiter;
 use tollgate::settings::Settings;
 
-use crate::support::kit::{limiter, store, store_with, AnyStore, StoreKind};
+use crate::support::kit::{limiter, memory_like, store_with, AnyStore, StoreKind};
 
 const S: u64 = 1_000_000;
 const T0: u64 = 1_800_000_000_000_000;
@@ -423,11 +423,7 @@ fn differential(kind: StoreKind) {
             ..Settings::default()
         };
         serving.block_on(async {
-            let memory = limiter(
-                &text,
-                settings.clone(),
-                store(StoreKind::Memory, &clock).await,
-            );
+            let memory = limiter(&text, settings.clone(), memory_like(kind, &clock).await);
             let redis = limiter(&text, settings.clone(), redis_store.clone());
             run_both(&sc, &domain, &memory, &redis, &clock)
                 .await
@@ -497,11 +493,7 @@ fn agree(kind: StoreKind, limit: &str, steps: Vec<(i64, RateLimitRequest)>) {
     } = sides(kind);
     serving
         .block_on(async {
-            let memory = limiter(
-                &text,
-                Settings::default(),
-                store(StoreKind::Memory, &clock).await,
-            );
+            let memory = limiter(&text, Settings::default(), memory_like(kind, &clock).await);
             let redis = limiter(&text, Settings::default(), redis_store);
             run_both(&sc, domain, &memory, &redis, &clock).await
         })

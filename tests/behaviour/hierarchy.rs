@@ -276,6 +276,30 @@ descriptors:
     );
 }
 
+/// Asks `requests` in turn of a limiter on `yaml` over a fresh store on `redis`: their codes,
+/// the `EVALSHA`s they cost Redis, and the take-backs.
+async fn codes_and_script_calls(
+    redis: &crate::support::redis::RedisServer,
+    yaml: &str,
+    requests: &[&tollgate::pb::rls::RateLimitRequest],
+) -> (Vec<i32>, u64, u64) {
+    use crate::support::kit::{blocking, wait_ready, RedisSetup};
+    let clock = ManualClock::new(T0_US);
+    let setup = RedisSetup::new(redis.url(), &clock);
+    let metrics = setup.metrics.clone();
+    let store = Arc::new(setup.connect());
+    wait_ready(store.as_ref()).await;
+    let limiter = limiter(yaml, Settings::default(), store);
+    let before = blocking(|| redis.evalsha_calls());
+    let mut codes = Vec::new();
+    for req in requests {
+        let resp = limiter.should_rate_limit(req).await.expect("decided");
+        codes.push(resp.overall_code);
+    }
+    let calls = blocking(|| redis.evalsha_calls()) - before;
+    (codes, calls, metrics.refunds.get())
+}
+
 /// A group's limits are decided all-or-nothing inside its one script call: a request that
 /// one limit of a hierarchical group denies (the model's) lands nothing on the others (the
 /// tenant's), so it costs Redis one `EVALSHA` and nothing is taken back. A script that landed
@@ -283,9 +307,7 @@ descriptors:
 /// and a moment in which the tenant's counter holds a charge it should not. Every algorithm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_that_one_limit_denies_lands_nothing_in_one_script_call() {
-    use crate::support::kit::{blocking, wait_ready, RedisSetup};
-    use crate::support::redis::RedisServer;
-    let redis = blocking(RedisServer::start);
+    let redis = crate::support::kit::blocking(crate::support::redis::RedisServer::start);
     for alg in ALGORITHMS {
         let yaml = format!(
             "domain: all
@@ -298,32 +320,58 @@ descriptors:
         rate_limit: {{name: model, unit: minute, requests_per_unit: 2, algorithm: {alg}}}
 "
         );
-        let clock = ManualClock::new(T0_US);
-        let setup = RedisSetup::new(redis.url(), &clock);
-        let metrics = setup.metrics.clone();
-        let store = Arc::new(setup.connect());
-        wait_ready(store.as_ref()).await;
-        let limiter = limiter(&yaml, Settings::default(), store);
         let req = |model: &str| {
             request(
                 "all",
                 vec![descriptor(&[("tenant", "acme"), ("model", model)])],
             )
         };
-        let before = blocking(|| redis.evalsha_calls());
-        let mut codes = Vec::new();
-        for model in ["gpt", "gpt", "gpt", "claude", "claude"] {
-            let resp = limiter
-                .should_rate_limit(&req(model))
-                .await
-                .expect("decided");
-            codes.push(resp.overall_code);
-        }
+        let (gpt, claude) = (req("gpt"), req("claude"));
+        let (codes, calls, refunds) =
+            codes_and_script_calls(&redis, &yaml, &[&gpt, &gpt, &gpt, &claude, &claude]).await;
         // gpt, gpt; the third gpt is over the model's 2 and charges the tenant nothing, so
         // claude still fits (the tenant's 3rd) and then the tenant is full.
         assert_eq!(codes, [OK, OK, OVER_LIMIT, OK, OVER_LIMIT], "{alg}");
-        let calls = blocking(|| redis.evalsha_calls()) - before;
         assert_eq!(calls, 5, "{alg}: one script call per request");
-        assert_eq!(metrics.refunds.get(), 0, "{alg}: take-backs");
+        assert_eq!(refunds, 0, "{alg}: take-backs");
+    }
+}
+
+/// On one Redis node every key is in one place, so a request's charges (its descriptors'
+/// groups and a shared limit, which on a cluster live in slots of their own) are one script
+/// call, decided all-or-nothing: a request that the shared limit denies lands nothing on the
+/// others and costs one `EVALSHA`, with nothing to take back. The answers are those of the
+/// cluster's steps (descriptor groups, then the shared limit, then a take-back). Every
+/// algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_one_node_a_request_with_a_shared_limit_is_one_script_call() {
+    let redis = crate::support::kit::blocking(crate::support::redis::RedisServer::start);
+    for alg in ALGORITHMS {
+        let yaml = format!(
+            "domain: one
+descriptors:
+  - key: tenant
+    rate_limits:
+      - {{name: tenant, unit: minute, requests_per_unit: 5, algorithm: {alg}}}
+      - {{name: global, unit: minute, requests_per_unit: 3, algorithm: {alg}, shared: true}}
+  - key: user
+    rate_limit: {{unit: minute, requests_per_unit: 4, algorithm: {alg}}}
+"
+        );
+        let both = request(
+            "one",
+            vec![
+                descriptor(&[("tenant", "acme")]),
+                descriptor(&[("user", "u1")]),
+            ],
+        );
+        let user = request("one", vec![descriptor(&[("user", "u1")])]);
+        let requests = [&both, &both, &both, &both, &user, &user];
+        let (codes, calls, refunds) = codes_and_script_calls(&redis, &yaml, &requests).await;
+        // The shared limit (3) denies the 4th request, which leaves the user's counter at 3
+        // of 4: the user alone then fits once more.
+        assert_eq!(codes, [OK, OK, OK, OVER_LIMIT, OK, OVER_LIMIT], "{alg}");
+        assert_eq!(calls, 6, "{alg}: one script call per request");
+        assert_eq!(refunds, 0, "{alg}: take-backs");
     }
 }

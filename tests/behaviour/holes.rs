@@ -302,8 +302,9 @@ descriptors:
     )
 }
 
-/// `b` exhausted, then 300 concurrent `[a][b]` (all denied, so `a`'s tentative charges are
-/// taken back) and 20 `[a]`: `a` must be left with exactly 980.
+/// `b` exhausted, then 300 concurrent `[a][b]` (all denied: on a cluster `a`'s tentative
+/// charges are taken back; on one node, one group, they never land) and 20 `[a]`: `a` must be
+/// left with exactly 980.
 async fn refunds_are_exact_under_concurrency(kind: StoreKind, algorithm: &str) -> u32 {
     let clock = ManualClock::new(T0 + 10 * S);
     let st = store_with(kind, &clock, |s| s.local_cache_size = 0).await;

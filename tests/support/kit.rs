@@ -19,6 +19,7 @@ use tollgate::config::{compile_sources, LoadOptions};
 use tollgate::service::RateLimiter;
 use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
+use tollgate::store::placement::Layout;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
 pub use tollgate::store::AnyStore;
 use tollgate::store::Store;
@@ -154,6 +155,17 @@ pub fn redis_url(kind: StoreKind) -> Option<String> {
         StoreKind::Redis => Some(blocking(|| redis_single().url())),
         StoreKind::Cluster => Some(blocking(|| redis_cluster().seed_url())),
     }
+}
+
+/// A memory store that groups a request's charges as a store of `kind` does: by hash tag,
+/// step for step, for a cluster; in one group for one Redis node (and memory's default).
+pub async fn memory_like(kind: StoreKind, clock: &ManualClock) -> Arc<AnyStore> {
+    let layout = match kind {
+        StoreKind::Cluster => Layout::ByTag,
+        StoreKind::Memory | StoreKind::Redis => Layout::OneNode,
+    };
+    let store = MemoryStore::new(Arc::new(clock.clone())).with_layout(layout);
+    Arc::new(store.into())
 }
 
 /// A ready store of `kind` on `clock`, with `adjust` applied to a Redis store's setup.

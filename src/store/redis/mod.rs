@@ -51,7 +51,7 @@ use self::lease::{Lean, Leases};
 use self::local_cache::{LocalCache, Lookup};
 use self::migration::Migrations;
 use self::script::{args, eval, parse_reply, unpack, EvalError, Script};
-use super::placement::{place, Group, Placed, Spec};
+use super::placement::{place, Group, Layout, Placed, Spec};
 use super::protocol::{Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
 use crate::clock::Clock;
@@ -221,7 +221,12 @@ impl Store for RedisStore {
         mode: ApplyMode,
     ) -> Result<Vec<ChargeOutcome>, StoreError> {
         let inner = &self.inner;
-        let placed = place(plan, &inner.prefix).into_owned();
+        let layout = if inner.clustered {
+            Layout::ByTag
+        } else {
+            Layout::OneNode
+        };
+        let placed = place(plan, &inner.prefix, layout).into_owned();
         let mut dry_first = false;
         if !mode.count_rejected {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
