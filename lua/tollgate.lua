@@ -32,10 +32,11 @@
 -- debts later charges found).
 --
 -- A sliding window holds up to 1,000 granules (16 KB). Its common case (peek() then slid(),
--- for enforced charges each on its own key) reads and writes only the bytes it needs with GETRANGE, SETRANGE and APPEND: the header, the entries
--- it forgets, the newest. It never has Redis copy the whole log, nor Lua build a string of
--- its size: many near-identical long strings make Lua's string interning compare each new
--- one with the others byte by byte, which made a hot key's cost grow with its log.
+-- for enforced charges each on its own key) reads and writes only the bytes it needs with
+-- GETRANGE, SETRANGE and APPEND: the header, the entries it forgets, the newest. It never has
+-- Redis copy the whole log, nor Lua build a string of its size: many near-identical long
+-- strings make Lua's string interning compare each new one with the others byte by byte,
+-- which made a hot key's cost grow with its log.
 --
 -- A batch (many requests' calls in one EVALSHA, each decided on its own as above): two or
 -- more arguments, one per call, each laid out as ARGV[1] above; KEYS holds every call's keys,
@@ -800,7 +801,6 @@ build = function()
 
   return { general = general, bucket = bucket, bucket_answer = bucket_answer }
 end
-
 
 -- Decides the call whose keys start after KEYS[ko], from its packed numbers p.
 local function one(ko, p)
