@@ -6,7 +6,8 @@
 -- the state left behind. Times are microseconds. Every number stays an integer below 2^53
 -- (config validation and --max-hits bound the inputs; see README "Decision semantics").
 --
--- KEYS: the group's distinct counter keys (one hash tag, so one slot), each charged at least once.
+-- KEYS: the group's distinct counter keys, each charged at least once (on a cluster they share
+-- one hash tag, so one slot; on one node a group is the whole request).
 -- ARGV[1]: every number of the call, packed as little-endian doubles (struct '<d'; each an
 --   integer below 2^53, so exact), which spares Redis an argument string per number and the
 --   script a tonumber each:
