@@ -10,8 +10,8 @@
 # REDIS_URL, PORT, GRPC_PORT, ...), so manifests with `command: ["/bin/ratelimit"]` (Istio's
 # sample) work by swapping the image.
 #
-# The binary is built with Cargo's `dist` profile (release, stripped, no debug info), which only
-# this file uses. The build needs no protoc: build.rs compiles proto/ with protox (pure Rust).
+# The binary is built with Cargo's `dist` profile (release, stripped, no debug info, fat LTO; the
+# bench scripts measure it with TOLLGATE_PROFILE=dist). The build needs no protoc: build.rs compiles proto/ with protox (pure Rust).
 # Build arguments VERSION, REVISION and CREATED fill the OCI labels, e.g.
 #   --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%FT%TZ)"
 

@@ -8,12 +8,14 @@
 # RUNS per server and store (default 3), DURATION per run (default 5s). limitador is not on
 # crates.io and is not built here: point LIMITADOR_BIN at a limitador-server you built from its
 # repository. Its limits are examples/limitador-bench.yaml (the same limits as
-# examples/bench.yaml's `key` rule). Scenario (a): 1 descriptor over 10,000 keys, closed loop,
+# examples/bench.yaml's `key` rule); on memory it runs with `--cache 100000` (issue 13's command;
+# without it limitador sizes its cache to 70% of free memory). Scenario (a): 1 descriptor over 10,000 keys, closed loop,
 # 64 in flight over 4 connections, all allowed. *per CPU-s* = decisions / CPU seconds of the
 # server process (user + system); *Redis µs/decision* = Redis CPU per decision.
 # TOLLGATE_BENCH_THREADS=1 runs the load generator on one thread (tollgate-bench reads it;
 # unset: one per core); TOLLGATE_BENCH_BIN runs another tollgate-bench binary; TOLLGATE_ARGS
-# adds arguments to `tollgate serve` (e.g. "--serving-threads 1").
+# adds arguments to `tollgate serve` (e.g. "--serving-threads 1"); TOLLGATE_PROFILE=dist measures
+# the container image's build (scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -29,11 +31,9 @@ trap cleanup EXIT
 need redis-server redis-cli python3 curl
 [ -x "$LIMITADOR" ] || { echo "error: LIMITADOR_BIN=$LIMITADOR is not executable" >&2; exit 1; }
 
-echo "building tollgate (release)..." >&2
-cargo build --release --quiet --workspace --bins
-TG=target/release/tollgate
+build_bins
 read -r -a TG_ARGS <<< "${TOLLGATE_ARGS:-}"
-BENCH=${TOLLGATE_BENCH_BIN:-target/release/tollgate-bench}
+BENCH=${TOLLGATE_BENCH_BIN:-$BENCH}
 
 REDIS=$(free_port)
 redis-server --port "$REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
@@ -52,7 +52,7 @@ start() {
                       --http-addr "127.0.0.1:$http" --log error \
                       --redis-url "redis://127.0.0.1:$REDIS" --redis-timeout 100ms "${TG_ARGS[@]}" & ;;
     limitador/memory) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
-                        examples/limitador-bench.yaml memory >"$WORK/limitador.log" 2>&1 & ;;
+                        examples/limitador-bench.yaml memory --cache 100000 >"$WORK/limitador.log" 2>&1 & ;;
     limitador/redis) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
                        examples/limitador-bench.yaml redis "redis://127.0.0.1:$REDIS" \
                        >"$WORK/limitador.log" 2>&1 & ;;
@@ -85,7 +85,7 @@ for store in memory redis; do
   done
 done
 
-python3 - "$RESULTS" "$RUNS" "$DURATION" "${TOLLGATE_BENCH_THREADS:-0}" "${TOLLGATE_ARGS:-}" <<'PY'
+python3 - "$RESULTS" "$RUNS" "$DURATION" "${TOLLGATE_BENCH_THREADS:-0}" "${TOLLGATE_ARGS:-}" "$PROFILE" <<'PY'
 import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -100,6 +100,7 @@ for line in open(sys.argv[1]):
     })
 med = lambda runs, k: statistics.median(r[k] for r in runs)
 extra = f"; tollgate with `{sys.argv[5]}`" if sys.argv[5] else ""
+extra += f"; tollgate's `{sys.argv[6]}` build"
 print(f"Medians of {sys.argv[2]} alternating {sys.argv[3]} runs per server and store; the load "
       f"generator on `--threads {sys.argv[4]}`{extra}.\n")
 print("| store | server | decisions/s | per server CPU-s | p99 ms | p99.9 ms | Redis µs/decision | errors | per CPU-s, each run |")

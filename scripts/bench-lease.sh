@@ -18,9 +18,7 @@ PIDS=()
 trap cleanup EXIT
 need redis-server redis-cli python3 curl
 
-cargo build --release --quiet --workspace --bins
-TG=target/release/tollgate
-BENCH=target/release/tollgate-bench
+build_bins
 
 redis_cpu() { # per port: used_cpu_user+sys
   for p in "$@"; do

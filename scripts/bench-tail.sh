@@ -18,9 +18,7 @@ PIDS=()
 trap cleanup EXIT
 need redis-server redis-cli python3 curl
 
-cargo build --release --quiet --workspace --bins
-TG=target/release/tollgate
-BENCH=target/release/tollgate-bench
+build_bins
 
 # one STORE SERVING_THREADS GENERATOR_THREADS
 one() {

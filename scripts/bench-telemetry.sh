@@ -24,9 +24,7 @@ DURATION=5s
 WORK=$(mktemp -d /tmp/tollgate-telemetry.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
-cargo build --release --quiet --workspace --bins
-TG=target/release/tollgate
-BENCH=target/release/tollgate-bench
+build_bins
 
 # one NAME BIN [ENV...]: prints decisions per tollgate CPU-second of one run
 one() {

