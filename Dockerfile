@@ -11,7 +11,8 @@
 # sample) work by swapping the image.
 #
 # The binary is built with Cargo's `dist` profile (release, stripped, no debug info, fat LTO; the
-# bench scripts measure it with TOLLGATE_PROFILE=dist). The build needs no protoc: build.rs compiles proto/ with protox (pure Rust).
+# bench scripts measure it with TOLLGATE_PROFILE=dist). The build needs no protoc: build.rs
+# compiles proto/ with protox (pure Rust).
 # Build arguments VERSION, REVISION and CREATED fill the OCI labels, e.g.
 #   --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%FT%TZ)"
 

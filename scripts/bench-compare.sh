@@ -8,10 +8,11 @@
 # RUNS per server and store (default 3), DURATION per run (default 5s). limitador is not on
 # crates.io and is not built here: point LIMITADOR_BIN at a limitador-server you built from its
 # repository. Its limits are examples/limitador-bench.yaml (the same limits as
-# examples/bench.yaml's `key` rule); on memory it runs with `--cache 100000` (issue 13's command;
-# without it limitador sizes its cache to 70% of free memory). Scenario (a): 1 descriptor over 10,000 keys, closed loop,
-# 64 in flight over 4 connections, all allowed. *per CPU-s* = decisions / CPU seconds of the
-# server process (user + system); *Redis µs/decision* = Redis CPU per decision.
+# examples/bench.yaml's `key` rule); on memory it runs with `--cache 100000` (issue 13's
+# command; without it limitador sizes its cache to 70% of free memory). Scenario (a):
+# 1 descriptor over 10,000 keys, closed loop, 64 in flight over 4 connections, all allowed.
+# *per CPU-s* = decisions / CPU seconds of the server process (user + system); *Redis
+# µs/decision* = Redis CPU per decision.
 # TOLLGATE_BENCH_THREADS=1 runs the load generator on one thread (tollgate-bench reads it;
 # unset: one per core); TOLLGATE_BENCH_BIN runs another tollgate-bench binary; TOLLGATE_ARGS
 # adds arguments to `tollgate serve` (e.g. "--serving-threads 1"); TOLLGATE_PROFILE=dist measures
