@@ -191,6 +191,16 @@ impl<'p, 'a> Protocol<'p, 'a> {
         }
     }
 
+    /// Gives up taking back group `gi`'s charges: its take-back failed, and may still run (a
+    /// reply that timed out). They count as taken back, so nothing tries again: a second
+    /// take-back that also ran would give back more than landed (over-admitting), while one
+    /// that never runs leaves a charge until its window passes (under-admitting).
+    pub fn abandon(&mut self, gi: usize) {
+        for &ci in &self.placed.groups[gi].charges {
+            self.landings[ci] = Landing::default();
+        }
+    }
+
     /// Per group with something to take back: the undos that leave only what `verdict` lets
     /// land (`None`: take back everything, for a decision that failed or was abandoned).
     pub fn undos(&self, verdict: Option<Verdict>) -> Vec<(usize, Vec<Undo>)> {
@@ -220,5 +230,75 @@ impl<'p, 'a> Protocol<'p, 'a> {
     /// The answers, index-aligned with the request's charges.
     pub fn into_outcomes(self) -> Vec<ChargeOutcome> {
         self.outcomes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+    use crate::limit::{Limit, Unit};
+    use crate::plan::{Charge, DescriptorKind, DescriptorPlan, Plan, Role};
+    use crate::store::placement::{place, Layout};
+
+    fn charge(key: &str) -> Charge<'static> {
+        Charge {
+            descriptor: 0,
+            limit: Cow::Owned(Limit::from_override(10, Unit::Minute)),
+            key: key.to_string(),
+            cost: 1,
+            role: Role::Enforced,
+        }
+    }
+
+    fn answer(allowed: bool, added: u64) -> GroupAnswer {
+        let outcome = ChargeOutcome {
+            allowed,
+            remaining: 0,
+            wait_us: None,
+        };
+        vec![(
+            outcome,
+            Landing {
+                added,
+                mark: (60, 0),
+            },
+        )]
+    }
+
+    /// A take-back that failed is given up: it is not asked for again, and a decision that
+    /// is abandoned afterwards (its caller gone) has nothing left to take back.
+    #[test]
+    fn an_abandoned_take_back_is_not_retried() {
+        let charges = vec![charge("{d|t=a}|f60"), charge("{d|t=b}|f60")];
+        let plan = Plan {
+            descriptors: vec![DescriptorPlan {
+                kind: DescriptorKind::Limited,
+                charges: 0..charges.len(),
+                quota: false,
+                metadata: None,
+            }],
+            charges,
+            quota_descriptors: 0,
+        };
+        let placed = place(&plan, "tg:", Layout::ByTag);
+        assert_eq!(placed.groups.len(), 2);
+        let mut protocol = Protocol::new(&placed, false);
+        assert_eq!(
+            protocol.step(),
+            Next::Run(vec![(0, Mode::Decide), (1, Mode::Decide)])
+        );
+        protocol.record(0, answer(true, 1));
+        protocol.record(1, answer(false, 0));
+        let Next::TakeBack(undos) = protocol.step() else {
+            panic!("group 0's charge must be taken back");
+        };
+        assert_eq!(undos.len(), 1);
+        assert_eq!(undos[0].0, 0);
+        assert_eq!(protocol.undos(None).len(), 1, "landed until taken back");
+        protocol.abandon(0);
+        assert_eq!(protocol.step(), Next::Done);
+        assert!(protocol.undos(None).is_empty(), "nothing left to take back");
     }
 }

@@ -7,7 +7,10 @@
 //! window; a server gives its leases back when it stops. On a single node and on a cluster; the memory store is one instance and has no
 //! leases.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
 
 use tollgate::clock::ManualClock;
 use tollgate::metrics::Metrics;
@@ -268,6 +271,48 @@ async fn one_instance_spends_its_whole_lease(kind: StoreKind) {
     assert_eq!(used_in_redis(kind, &prefix, &clock).await, GLOBAL, "{name}");
 }
 
+/// A request that the model limit denies after it charged the global limit from a lease, and
+/// whose caller stops waiting while it is decided (an Envoy timeout, a cancelled call): the
+/// decision finishes as a task of its own and gives that charge back once, not twice.
+async fn a_departed_callers_charge_goes_back_once(kind: StoreKind) {
+    let name = kind.name();
+    let clock = ManualClock::new(T0_US);
+    let prefix = unique_prefix();
+    let a = instance(kind, &prefix, &clock, true).await;
+    // The model limit used up (the first request takes a lease).
+    let mut admitted = 0;
+    for t in 0..MODEL as usize {
+        admitted += burst(&[&a], &[(t, true)]).await;
+    }
+    assert_eq!(admitted, MODEL, "{name}: admitted");
+    // Denied by the model limit; each caller leaves once its decision has started.
+    for t in 0..2 * LEASE as usize {
+        let tenant = format!("gone{t}");
+        let req = request(
+            "llm",
+            vec![
+                descriptor(&[("tenant", tenant.as_str())]),
+                descriptor(&[("model", "gpt")]),
+            ],
+        );
+        // Polled once, then dropped.
+        let mut decision = std::pin::pin!(a.limiter.should_rate_limit(&req));
+        let answered = std::future::poll_fn(|cx| Poll::Ready(decision.as_mut().poll(cx))).await;
+        assert!(
+            answered.is_pending(),
+            "{name}: answered at once: {answered:?}"
+        );
+    }
+    // Their decisions end on their own tasks.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for t in 0..GLOBAL as usize + 10 {
+        admitted += burst(&[&a], &[(100 + t, false)]).await;
+    }
+    assert_eq!(admitted, GLOBAL, "{name}: admitted in all");
+    a.store.close().await;
+    assert_eq!(used_in_redis(kind, &prefix, &clock).await, GLOBAL, "{name}");
+}
+
 /// Runs `suite` on a single Redis node and on the cluster (the memory store has no leases).
 fn on_redis_stores<F, Fut>(suite: F)
 where
@@ -295,4 +340,9 @@ fn a_stopped_server_gives_its_leases_back() {
 #[test]
 fn one_instance_alone_admits_exactly_the_limit() {
     on_redis_stores(one_instance_spends_its_whole_lease);
+}
+
+#[test]
+fn a_departed_callers_lease_charge_goes_back_once() {
+    on_redis_stores(a_departed_callers_charge_goes_back_once);
 }

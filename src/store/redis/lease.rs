@@ -59,6 +59,18 @@ struct Lease {
     refilling: bool,
 }
 
+/// Where a leased group's take-back ends.
+pub enum TakenBack {
+    /// Every charge went back to its lease (or had nothing to give back): the group's answer.
+    Here(GroupAnswer),
+    /// Some charges are still to be taken back in Redis (`rest`'s undos); those that went
+    /// back to their lease (`to_lease`) must keep nothing landed in the answer Redis gives.
+    InRedis {
+        rest: Vec<Undo>,
+        to_lease: Vec<bool>,
+    },
+}
+
 /// How to run a leased group's decision.
 pub enum Lean {
     /// Answered from this instance's leases, with the `now` (in the script's clock) it stands for.
@@ -232,18 +244,14 @@ impl Leases {
     }
 
     /// Returns what `undo` takes back to the leases it was spent from (their window still
-    /// running). Gives back the undos still to run in Redis, and, when there are none, the
-    /// group's answer.
-    pub fn take_back(
-        &self,
-        g: &Group,
-        specs: &[Spec<'_>],
-        undo: &[Undo],
-        now: u64,
-    ) -> (Vec<Undo>, Option<GroupAnswer>) {
+    /// running). A charge given back to its lease is taken back: its answer keeps nothing
+    /// landed, so nothing gives it back again (a departed caller's decision gives back what
+    /// is still landed once it ends).
+    pub fn take_back(&self, g: &Group, specs: &[Spec<'_>], undo: &[Undo], now: u64) -> TakenBack {
         let mut by_key = self.by_key.lock();
         let mut rest = undo.to_vec();
-        for (&ci, u) in g.charges.iter().zip(rest.iter_mut()) {
+        let mut to_lease = vec![false; rest.len()];
+        for ((&ci, u), back) in g.charges.iter().zip(rest.iter_mut()).zip(&mut to_lease) {
             if !u.take_back {
                 continue;
             }
@@ -255,13 +263,14 @@ impl Leases {
             }) {
                 lease.units += u.amount();
                 u.take_back = false;
+                *back = true;
             }
         }
         if rest.iter().any(|u| u.take_back) {
-            return (rest, None);
+            return TakenBack::InRedis { rest, to_lease };
         }
         let mut answer = Vec::with_capacity(rest.len());
-        for (&ci, u) in g.charges.iter().zip(&rest) {
+        for ((&ci, u), &back) in g.charges.iter().zip(&rest).zip(&to_lease) {
             let outcome = match by_key.get(specs[ci].key.as_ref()) {
                 Some(lease) => lease.outcome(u.allowed, now),
                 None => ChargeOutcome {
@@ -270,9 +279,10 @@ impl Leases {
                     wait_us: None,
                 },
             };
-            answer.push((outcome, u.kept()));
+            let kept = if back { Landing::default() } else { u.kept() };
+            answer.push((outcome, kept));
         }
-        (rest, Some(answer))
+        TakenBack::Here(answer)
     }
 
     /// Drops leases whose window has ended.

@@ -55,6 +55,7 @@ use self::script::{args, eval, parse_reply, unpack, EvalError, Script};
 use super::placement::{place, Group, Layout, Placed, Spec};
 use super::protocol::{Mode, Next, Protocol, Undo};
 use super::{ApplyMode, ChargeOutcome, Store, StoreError};
+use crate::algorithm::Landing;
 use crate::clock::Clock;
 use crate::decision::Verdict;
 use crate::metrics::{Metrics, StoreOp};
@@ -643,14 +644,21 @@ impl Inner {
                 }
                 Lean::Exact => {}
             },
-            Mode::TakeBack => {
-                let (rest, answer) = self.leases.take_back(g, specs, undo, self.leases.now());
-                if let Some(answer) = answer {
+            Mode::TakeBack => match self.leases.take_back(g, specs, undo, self.leases.now()) {
+                lease::TakenBack::Here(answer) => {
                     let now = call.now.unwrap_or(0);
                     return Ok(script::Reply { now, answer });
                 }
-                return self.run_script(call, g, specs, mode, &rest).await;
-            }
+                lease::TakenBack::InRedis { rest, to_lease } => {
+                    let mut reply = self.run_script(call, g, specs, mode, &rest).await?;
+                    for ((_, kept), back) in reply.answer.iter_mut().zip(to_lease) {
+                        if back {
+                            *kept = Landing::default();
+                        }
+                    }
+                    return Ok(reply);
+                }
+            },
             Mode::CountRejected | Mode::DryRun => {}
         }
         self.run_script(call, g, specs, mode, undo).await
@@ -829,10 +837,13 @@ impl Inner {
                         protocol.record(gi, r.answer);
                     }
                     Err(e) if undos.is_empty() => failure = Some(e),
-                    Err(e) => tracing::warn!(
-                        error = %e,
-                        "taking back a charge failed: it stays until its window passes"
-                    ),
+                    Err(e) => {
+                        tracing::warn!(
+                            error = %e,
+                            "taking back a charge failed: it stays until its window passes"
+                        );
+                        protocol.abandon(gi);
+                    }
                 }
             }
             if let Some(e) = failure {
@@ -896,7 +907,7 @@ impl Inner {
             };
             let undo = Undo {
                 allowed: true,
-                landing: crate::algorithm::Landing {
+                landing: Landing {
                     added: u.units,
                     mark: (u.mark, 0),
                 },
