@@ -71,14 +71,18 @@ pub struct RateLimiter<S> {
 }
 
 /// `plan` with every limit shared out among `share` replicas: `max(1, limit / share)` (and
-/// the same for a token bucket's burst), as the response reports it.
+/// the same for a token bucket's burst), as the response reports it. A limit of 0 (deny
+/// everything) stays 0.
 fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
     let charges = plan
         .charges
         .iter()
         .map(|c| {
             let mut limit = c.limit.as_ref().clone();
-            let part = |n: u64| (n / u64::from(share)).max(1);
+            let part = |n: u64| match n {
+                0 => 0,
+                n => (n / u64::from(share)).max(1),
+            };
             limit.params.limit = part(limit.params.limit);
             limit.params.burst = part(limit.params.burst);
             limit.requests_per_unit = part(u64::from(limit.requests_per_unit)) as u32;

@@ -21,6 +21,8 @@ domain: f
 descriptors:
   - key: a
     rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
 ";
 
 fn marker(resp: &RateLimitResponse) -> Option<String> {
@@ -107,6 +109,10 @@ async fn a_paused_redis_is_stood_in_for_by_a_shared_out_local_limiter() {
             .any(|l| l.starts_with("tollgate_store_failures_total{policy=\"local\"} 6")),
         "{metrics}"
     );
+    // A limit of 0 (deny everything) stays 0 when shared out.
+    let resp = call(&mut client, req("f", &[&[("blocked", "x")]])).await;
+    assert_eq!(marker(&resp).as_deref(), Some("local"), "{resp:?}");
+    assert_eq!(resp.overall_code, OVER_LIMIT, "{resp:?}");
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     wait_readyz(&server, 200).await;
