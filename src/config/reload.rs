@@ -79,6 +79,8 @@ pub struct Reloader {
 impl Reloader {
     /// Runs until shutdown. `current` is the text the running config was built from.
     pub async fn run(self, mut current: Vec<(String, String)>, shutdown: Shutdown) {
+        // Why `current` was rejected, when it is not the running config's text.
+        let mut rejected: Option<String> = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.every) => {}
@@ -92,22 +94,43 @@ impl Reloader {
                 }
             };
             if sources == current {
-                // Still the files last rejected: that is another failed attempt (an alert on
-                // failing reloads keeps firing while they stay broken).
-                if self.status.last_error().is_some() {
-                    self.status
-                        .record(Err(self.status.last_error().unwrap_or_default()));
+                match &rejected {
+                    // Still the files last rejected: that is another failed attempt (an alert
+                    // on failing reloads keeps firing while they stay broken).
+                    Some(error) => self.status.record(Err(error.clone())),
+                    // The running config's files, readable again after a failed read: the
+                    // running config is what they say.
+                    None if self.status.last_error().is_some() => self.status.record(Ok(())),
+                    None => {}
                 }
                 continue;
             }
-            match compile_sources(&sources, self.load) {
+            let compiled = compile_sources(&sources, self.load).map_err(|e| e.to_string());
+            let compiled = compiled.and_then(|c| {
+                // Every domain gone at once is a deploy caught halfway (a directory emptied
+                // before its new files arrive) far more often than a wish: keep the limits.
+                if c.domains.is_empty() && !self.config.load().domains.is_empty() {
+                    Err(format!(
+                        "no domain found in {}; the running config's limits stay (restart to \
+                         run without any)",
+                        self.path.display()
+                    ))
+                } else {
+                    Ok(c)
+                }
+            });
+            match compiled {
                 Ok(c) => {
                     c.warn_if_empty(&self.path);
                     self.config.store(Arc::new(c));
                     tracing::info!(path = %self.path.display(), "config reloaded");
                     self.status.record(Ok(()));
+                    rejected = None;
                 }
-                Err(e) => self.status.record(Err(e.to_string())),
+                Err(e) => {
+                    self.status.record(Err(e.clone()));
+                    rejected = Some(e);
+                }
             }
             current = sources;
         }

@@ -783,6 +783,69 @@ async fn config_reload_applies_good_files_and_keeps_the_running_config_on_bad_on
     server.stop().await;
 }
 
+/// A config file that could not be read for a moment (removed, then put back unchanged) is
+/// reported while it is missing, and no longer once it reads as the running config again.
+#[tokio::test]
+async fn a_config_read_that_failed_once_is_not_reported_forever() {
+    let opts = TestOptions {
+        reload_interval: Some(Duration::from_millis(100)),
+        ..TestOptions::default()
+    };
+    let server = start(&config_with_a(3), opts).await;
+    let (before, _) = config_generation(&server).await;
+    std::fs::remove_file(server.config.path()).expect("remove the config");
+    let error = wait_for_generation_after(&server, before).await;
+    assert!(error.is_some(), "a missing file is a failed reload");
+    server.config.write(&config_with_a(3));
+    let deadline = Instant::now() + TIMEOUT;
+    while config_generation(&server).await.1.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the failed read is still reported after the file came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // It stays clear on later rounds.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(config_generation(&server).await.1, None);
+    let mut client = server.client().await;
+    let resp = call(&mut client, req("test", &[&[("a", "x")]])).await;
+    assert_eq!(limit_and_remaining(&resp), (3, 2));
+    server.stop().await;
+}
+
+/// A config directory emptied by a deploy (its files removed before the new ones arrive)
+/// keeps the running limits; the new files, once there, are applied.
+#[tokio::test]
+async fn an_emptied_config_directory_keeps_the_running_limits() {
+    let opts = TestOptions {
+        reload_interval: Some(Duration::from_millis(100)),
+        config_dir: true,
+        ..TestOptions::default()
+    };
+    let server = start(&config_with_a(3), opts).await;
+    let (before, _) = config_generation(&server).await;
+    std::fs::remove_file(server.config.path()).expect("empty the directory");
+    let error = wait_for_generation_after(&server, before).await;
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("no domain found")),
+        "{error:?}"
+    );
+    let mut client = server.client().await;
+    let resp = call(&mut client, req("test", &[&[("a", "x")]])).await;
+    assert_eq!(
+        limit_and_remaining(&resp),
+        (3, 2),
+        "the running limits stay"
+    );
+    server.config.write(&config_with_a(7));
+    wait_for_limit_of_a(&server, 7).await;
+    assert_eq!(config_generation(&server).await.1, None);
+    server.stop().await;
+}
+
 // --- Concurrency ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]

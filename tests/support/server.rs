@@ -100,6 +100,8 @@ pub struct TestOptions {
     pub drain_delay: Duration,
     /// Serve `POST /json` (`--admin-json`).
     pub admin_json: bool,
+    /// `--config` names the config's directory, not its file.
+    pub config_dir: bool,
 }
 
 impl Default for TestOptions {
@@ -109,6 +111,7 @@ impl Default for TestOptions {
             reload_interval: None,
             drain_delay: Duration::ZERO,
             admin_json: false,
+            config_dir: false,
         }
     }
 }
@@ -184,7 +187,11 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         extra_admin_addrs: Vec::new(),
         admin_json: opts.admin_json,
         transport: Transport::default(),
-        config_path: config.path.clone(),
+        config_path: if opts.config_dir {
+            config.dir.clone()
+        } else {
+            config.path.clone()
+        },
         load: LoadOptions::default(),
         settings: opts.settings,
         reload_interval: opts.reload_interval,
