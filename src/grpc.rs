@@ -31,6 +31,7 @@ use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::service::{CallError, RateLimiter};
 use crate::store::Store;
 use crate::telemetry;
+use crate::validate::Bounds;
 
 /// The one method served here.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -96,10 +97,11 @@ async fn should_rate_limit<S: Store>(
 ) -> Response<CallBody> {
     let deadline = grpc_timeout(req.headers()).map(|t| tokio::time::Instant::now() + t);
     let span = telemetry::request_span(req.headers());
-    let message = match read_message(req.into_body()).await {
-        Ok(m) => m,
-        Err(status) => return status.into_http(),
-    };
+    let message =
+        match read_in_time(read_message(req.into_body(), limiter.bounds()), deadline).await {
+            Ok(m) => m,
+            Err(status) => return status.into_http(),
+        };
     let decide = limiter.should_rate_limit(&message);
     let decided = match deadline {
         None => traced(decide, &span).await,
@@ -134,8 +136,39 @@ async fn traced<F: Future>(future: F, span: &Option<opentelemetry::Context>) -> 
     }
 }
 
-/// Reads and decodes the request message.
-async fn read_message(body: Incoming) -> Result<RateLimitRequest, tonic::Status> {
+/// A request message must have arrived this long after its headers, when the caller's own
+/// deadline is not sooner: a stream that never ends its body holds its buffer until then.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `read` (the request message), given until the caller's deadline or [`READ_TIMEOUT`].
+/// No timer is set when the message is already there (the common case: headers and body
+/// arrive together).
+async fn read_in_time<F>(
+    read: F,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<RateLimitRequest, tonic::Status>
+where
+    F: Future<Output = Result<RateLimitRequest, tonic::Status>>,
+{
+    let mut read = std::pin::pin!(read);
+    if let Poll::Ready(message) =
+        std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await
+    {
+        return message;
+    }
+    let cap = tokio::time::Instant::now() + READ_TIMEOUT;
+    let by = deadline.map_or(cap, |d| d.min(cap));
+    match tokio::time::timeout_at(by, read).await {
+        Ok(message) => message,
+        Err(_) => Err(tonic::Status::deadline_exceeded(
+            "the request message did not arrive before the deadline",
+        )),
+    }
+}
+
+/// Reads and decodes the request message. Its shape is checked against `bounds` before it
+/// is decoded, so a message of many tiny descriptors is refused without being built.
+async fn read_message(body: Incoming, bounds: &Bounds) -> Result<RateLimitRequest, tonic::Status> {
     let body = Limited::new(body, PREFIX + MAX_MESSAGE)
         .collect()
         .await
@@ -150,8 +183,68 @@ async fn read_message(body: Incoming) -> Result<RateLimitRequest, tonic::Status>
         })?
         .to_bytes();
     let message = unframe(body)?;
+    check_counts(&message, bounds).map_err(tonic::Status::invalid_argument)?;
     RateLimitRequest::decode(message)
         .map_err(|e| tonic::Status::internal(format!("failed to decode the request: {e}")))
+}
+
+/// Counts a `RateLimitRequest`'s descriptors, and each one's entries, in its encoding: more
+/// than `bounds` allow is refused with the words [`crate::validate`] would use. Decoded, a
+/// 4 MiB message of empty descriptors takes about 60 times its size. A message this walk
+/// cannot follow is left to the decoder to refuse.
+fn check_counts(message: &[u8], bounds: &Bounds) -> Result<(), String> {
+    let mut descriptors = 0;
+    let mut too_many_entries = None;
+    let _ = each_field(message, |tag, payload| {
+        // RateLimitRequest.descriptors = 2; RateLimitDescriptor.entries = 1.
+        if tag == 2 {
+            let mut entries = 0;
+            let _ = each_field(payload, |tag, _| entries += usize::from(tag == 1));
+            if entries > bounds.max_entries && too_many_entries.is_none() {
+                too_many_entries = Some((descriptors, entries));
+            }
+            descriptors += 1;
+        }
+    });
+    if descriptors > bounds.max_descriptors {
+        return Err(format!(
+            "request has {descriptors} descriptors; the maximum is {}",
+            bounds.max_descriptors
+        ));
+    }
+    match too_many_entries {
+        Some((i, n)) => Err(format!(
+            "descriptor {i} has {n} entries; the maximum is {}",
+            bounds.max_entries
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Calls `f` with the number and payload of every length-delimited field of a protobuf
+/// message (other fields are skipped); `None` where the encoding is broken.
+fn each_field(mut buf: &[u8], mut f: impl FnMut(u32, &[u8])) -> Option<()> {
+    use prost::encoding::{decode_key, decode_varint, WireType};
+    while !buf.is_empty() {
+        let (tag, wire) = decode_key(&mut buf).ok()?;
+        let skip = match wire {
+            WireType::Varint => {
+                decode_varint(&mut buf).ok()?;
+                0
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut buf).ok()?).ok()?;
+                let payload = buf.get(..len)?;
+                f(tag, payload);
+                len
+            }
+            WireType::StartGroup | WireType::EndGroup => return None,
+        };
+        buf = buf.get(skip..)?;
+    }
+    Some(())
 }
 
 /// The one message of a unary request body.
@@ -279,6 +372,50 @@ impl Body for CallBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pb::common::rate_limit_descriptor::Entry;
+    use crate::pb::common::RateLimitDescriptor;
+
+    fn request(descriptors: usize, entries: usize) -> Vec<u8> {
+        let entry = Entry {
+            key: "k".into(),
+            value: "v".into(),
+        };
+        RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![
+                RateLimitDescriptor {
+                    entries: vec![entry; entries],
+                    ..Default::default()
+                };
+                descriptors
+            ],
+            hits_addend: 3,
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn descriptors_and_entries_are_counted_before_decoding() {
+        let b = Bounds::default();
+        assert_eq!(check_counts(&request(64, 16), &b), Ok(()));
+        assert_eq!(
+            check_counts(&request(65, 1), &b),
+            Err("request has 65 descriptors; the maximum is 64".into())
+        );
+        assert_eq!(
+            check_counts(&request(3, 17), &b),
+            Err("descriptor 0 has 17 entries; the maximum is 16".into())
+        );
+        // 4 MiB of empty descriptors (each `12 02 0a 00`: one empty entry).
+        let hostile = [0x12u8, 0x02, 0x0a, 0x00].repeat(1 << 20);
+        assert_eq!(
+            check_counts(&hostile, &b),
+            Err("request has 1048576 descriptors; the maximum is 64".into())
+        );
+        // Broken encodings are the decoder's to refuse.
+        assert_eq!(check_counts(&[0xff; 16], &b), Ok(()));
+        assert_eq!(check_counts(&[0x12, 0x7f, 0x0a], &b), Ok(()));
+    }
 
     fn headers(timeout: &str) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -30,7 +30,7 @@ use crate::settings::{FailureMode, Settings};
 use crate::store::memory::MemoryStore;
 use crate::store::{ApplyMode, ChargeOutcome, Store};
 use crate::telemetry;
-use crate::validate::validate;
+use crate::validate::{validate, Bounds};
 
 /// Distinct unknown domain names logged per minute at most.
 const UNKNOWN_NAMES_PER_MINUTE: usize = 10;
@@ -101,6 +101,11 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
 }
 
 impl<S: Store> RateLimiter<S> {
+    /// What one request may carry.
+    pub fn bounds(&self) -> &Bounds {
+        &self.settings.bounds
+    }
+
     pub async fn should_rate_limit(
         &self,
         req: &RateLimitRequest,

@@ -160,3 +160,49 @@ async fn a_message_over_4_mib_is_refused_without_reading_it_all() {
     assert_eq!(ok.grpc_status, code(tonic::Code::Ok));
     server.stop().await;
 }
+
+/// A call whose body never ends (headers and part of a message, no END_STREAM) is answered
+/// `DEADLINE_EXCEEDED` when the caller's deadline passes, instead of holding its buffer for
+/// as long as the connection lives; the connection keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_ends_is_answered_at_the_deadline() {
+    let server = start(CONFIG, TestOptions::default()).await;
+    let mut conn = connect(&server).await;
+    let req = Request::post(PATH)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", "300m")
+        .body(())
+        .expect("request");
+    let mut ready = conn.clone().ready().await.expect("connection ready");
+    let (response, mut stream) = ready.send_request(req, false).expect("send headers");
+    let message = well_formed();
+    stream
+        .send_data(message.slice(..message.len() - 2), false)
+        .expect("part of the message");
+    let started = std::time::Instant::now();
+    let response = bounded("response", response).await.expect("response");
+    let waited = started.elapsed();
+    let status = grpc_status(response.headers());
+    let status = match status {
+        Some(s) => Some(s),
+        None => {
+            let mut body = response.into_body();
+            while body.data().await.is_some() {}
+            body.trailers()
+                .await
+                .expect("trailers")
+                .as_ref()
+                .and_then(grpc_status)
+        }
+    };
+    assert_eq!(status, code(tonic::Code::DeadlineExceeded));
+    assert!(
+        waited >= std::time::Duration::from_millis(250)
+            && waited < std::time::Duration::from_secs(3),
+        "answered after {waited:?}"
+    );
+    let ok = post(&mut conn, PATH, well_formed()).await;
+    assert_eq!(ok.grpc_status, code(tonic::Code::Ok));
+    server.stop().await;
+}
