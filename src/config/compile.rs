@@ -18,6 +18,10 @@ pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
     let raw: RawFile = if text.trim().is_empty() {
         RawFile::default()
     } else {
+        // The whole document is parsed first, so a syntax error is what gets reported, not
+        // a scalar field that met the half-written list it starts.
+        serde_yaml::from_str::<serde::de::IgnoredAny>(text)
+            .map_err(|e| ConfigError::yaml(file, &e))?;
         serde_yaml::from_str(text).map_err(|e| ConfigError::yaml(file, &e))?
     };
     let err = |msg: String| ConfigError::new(file, None, msg);

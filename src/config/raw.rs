@@ -2,7 +2,7 @@
 //! tollgate's extensions. Unknown keys are rejected here (serde reports them with a line).
 //! Validation and compilation happen in [`super::compile`].
 
-use serde::de::{Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{Error, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::compile::window_us;
@@ -90,35 +90,68 @@ pub struct RawReplace {
     pub name: Option<String>,
 }
 
-/// Accepts any YAML scalar as a string (`value: 200` is common in envoyproxy/ratelimit
-/// configs, whose Go parser reads it as "200").
+/// Accepts any YAML scalar as a string, spelled as written: envoyproxy/ratelimit's Go parser
+/// gives a string field a scalar's text, so `value: 200` is "200", and `+44`, `True`, `0x1F`
+/// and `1.10` stay what they say (a YAML number or bool read back would be "44", "true", "31"
+/// and "1.1", which Envoy never sends). A plain `null`, `~` or nothing is no value.
 fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    d.deserialize_any(Scalar(Ok))
+    as_written(d, Ok)
+}
+
+/// An optional scalar's text, checked by `check`.
+fn as_written<'de, D: Deserializer<'de>>(
+    d: D,
+    check: impl FnOnce(String) -> Result<String, String>,
+) -> Result<Option<String>, D::Error> {
+    d.deserialize_option(Optional(Scalar(check)))
 }
 
 /// A limit's `unit`, checked here so that an error names its line.
 fn unit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    d.deserialize_any(Scalar(|s: String| match Unit::parse(&s) {
+    as_written(d, |s: String| match Unit::parse(&s) {
         Some(_) => Ok(s),
         None => Err(format!(
             "invalid rate limit unit '{s}'; expected {UNIT_NAMES}"
         )),
-    }))
+    })
 }
 
 /// A limit's `algorithm`, checked here so that an error names its line.
 fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    d.deserialize_any(Scalar(|s: String| match Algorithm::parse(&s) {
+    as_written(d, |s: String| match Algorithm::parse(&s) {
         Some(_) => Ok(s),
         None => Err(format!(
             "invalid algorithm '{s}'; expected {ALGORITHM_NAMES}"
         )),
-    }))
+    })
 }
 
 /// A limit's `window`, checked here so that an error names its line.
 fn window<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    d.deserialize_any(Scalar(|s: String| window_us(&s).map(|_| s)))
+    as_written(d, |s: String| window_us(&s).map(|_| s))
+}
+
+/// A scalar that may be absent (a plain null); present, it is read by the inner visitor.
+struct Optional<V>(V);
+
+impl<'de, F: FnOnce(String) -> Result<String, String>> Visitor<'de> for Optional<Scalar<F>> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self.0)
+    }
 }
 
 /// Reads one YAML scalar as its text and checks it with the function. Errors are raised
@@ -138,45 +171,5 @@ impl<'de, F: FnOnce(String) -> Result<String, String>> Visitor<'de> for Scalar<F
 
     fn visit_string<E: Error>(self, v: String) -> Result<Self::Value, E> {
         (self.0)(v).map(Some).map_err(E::custom)
-    }
-
-    fn visit_bool<E: Error>(self, v: bool) -> Result<Self::Value, E> {
-        self.visit_string(v.to_string())
-    }
-
-    fn visit_i64<E: Error>(self, v: i64) -> Result<Self::Value, E> {
-        self.visit_string(v.to_string())
-    }
-
-    fn visit_u64<E: Error>(self, v: u64) -> Result<Self::Value, E> {
-        self.visit_string(v.to_string())
-    }
-
-    // An integer reads back as written; a float may not (`1.10` parses as 1.1), and a
-    // silently respelled value would never match what Envoy sends.
-    fn visit_f64<E: Error>(self, v: f64) -> Result<Self::Value, E> {
-        Err(E::custom(format!(
-            "{v} is a YAML number, which may not keep its spelling (1.10 reads as 1.1): quote it"
-        )))
-    }
-
-    fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    // A list or map is read to its end first, so a YAML syntax error inside it is what gets
-    // reported.
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Err(A::Error::custom("expected a string, found a list"))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Err(A::Error::custom("expected a string, found a map"))
     }
 }

@@ -16,18 +16,6 @@ struct Bad {
 }
 
 const BAD: &[Bad] = &[
-    // YAML reads `1.10` as the number 1.1; accepting it would silently never match "1.10".
-    Bad {
-        name: "unquoted decimal value is rejected rather than respelled",
-        yaml: "domain: d
-descriptors:
-  - key: version
-    value: 1.10
-    rate_limit: {unit: minute, requests_per_unit: 1}
-",
-        want: "descriptors[0].value: 1.1 is a YAML number, which may not keep its spelling (1.10 reads as 1.1): quote it",
-        line: Some(4),
-    },
     Bad {
         name: "unknown top-level key",
         yaml: "domain: d
@@ -540,6 +528,53 @@ descriptors:
 ",
         lookup: ("internal", "true"),
         full_key: "d.internal_true",
+    },
+    // YAML reads these as numbers or bools; envoyproxy/ratelimit's Go parser gives a string
+    // field the text as written, and so does tollgate (read back, they would be "1.1", "44",
+    // "true", "31": never what Envoy sends).
+    Good {
+        name: "decimal value keeps its spelling",
+        yaml: "domain: d
+descriptors:
+  - key: version
+    value: 1.10
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("version", "1.10"),
+        full_key: "d.version_1.10",
+    },
+    Good {
+        name: "signed value keeps its sign",
+        yaml: "domain: d
+descriptors:
+  - key: cc
+    value: +44
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("cc", "+44"),
+        full_key: "d.cc_+44",
+    },
+    Good {
+        name: "capitalised boolean keeps its case",
+        yaml: "domain: d
+descriptors:
+  - key: internal
+    value: True
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("internal", "True"),
+        full_key: "d.internal_True",
+    },
+    Good {
+        name: "hexadecimal value stays hexadecimal",
+        yaml: "domain: d
+descriptors:
+  - key: flags
+    value: 0x1F
+    rate_limit: {unit: minute, requests_per_unit: 1}
+",
+        lookup: ("flags", "0x1F"),
+        full_key: "d.flags_0x1F",
     },
     Good {
         name: "exact, wildcard and key-only rules of one key coexist",

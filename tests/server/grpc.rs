@@ -954,11 +954,6 @@ async fn check_config_names_the_file_and_line_of_an_error() {
             "line 5",
             "invalid rate limit unit 'minnute'; expected second, minute, hour, day, week, month or year",
         ),
-        (
-            "domain: test\ndescriptors:\n  - key: version\n    value: 1.10\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
-            "line 4",
-            "quote it",
-        ),
     ];
     for (yaml, line, what) in cases {
         let config = TempConfig::new(yaml);
