@@ -115,6 +115,26 @@ struct Candidate<'c> {
     role: Role,
 }
 
+/// Rule `r`'s limits (at `depth` of descriptor `i`'s path) as candidates, and what they replace.
+fn add_limits<'c>(
+    candidates: &mut Vec<Candidate<'c>>,
+    replaced: &mut Vec<&'c str>,
+    i: usize,
+    depth: usize,
+    r: &'c Rule,
+    role: Role,
+) {
+    for limit in &r.limits {
+        replaced.extend(limit.replaces.iter().map(String::as_str));
+        candidates.push(Candidate {
+            descriptor: i,
+            limit: Cow::Borrowed(limit.as_ref()),
+            depth,
+            role,
+        });
+    }
+}
+
 pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, PlanError> {
     let n = req.descriptors.len();
     let Some(domain) = config.domains.get(&req.domain) else {
@@ -167,6 +187,13 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
                     Role::Enforced
                 },
             });
+            // Only the matched rule's own limits: a hierarchical rule passed through on the way
+            // (a tenant's, a limit shared by every tenant) still applies.
+            for (depth, r) in path.iter().enumerate() {
+                if depth + 1 < d.entries.len() && r.hierarchical {
+                    add_limits(&mut candidates, &mut replaced, i, depth, r, role_of(r));
+                }
+            }
             DescriptorKind::Limited
         } else if let Some(r) = rule.filter(|r| r.unlimited) {
             replaced.extend(r.unlimited_replaces.iter().map(String::as_str));
@@ -175,17 +202,8 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             let before = candidates.len();
             for (depth, r) in path.iter().enumerate() {
                 // The matched rule's limits, plus those of hierarchical rules passed through.
-                if !(depth + 1 == d.entries.len() || r.hierarchical) {
-                    continue;
-                }
-                for limit in &r.limits {
-                    replaced.extend(limit.replaces.iter().map(String::as_str));
-                    candidates.push(Candidate {
-                        descriptor: i,
-                        limit: Cow::Borrowed(limit.as_ref()),
-                        depth,
-                        role: role_of(r),
-                    });
+                if depth + 1 == d.entries.len() || r.hierarchical {
+                    add_limits(&mut candidates, &mut replaced, i, depth, r, role_of(r));
                 }
             }
             if candidates.len() > before {

@@ -306,6 +306,17 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
 ";
 
+const HIERARCHY_UNDER_OVERRIDE: &str = "
+domain: d
+descriptors:
+  - key: tenant
+    hierarchical: true
+    rate_limit: {name: tenant, unit: minute, requests_per_unit: 2}
+    descriptors:
+      - key: model
+        rate_limit: {name: model, unit: minute, requests_per_unit: 5}
+";
+
 const WILDCARD_NOT_SHARED: &str = "
 domain: d
 descriptors:
@@ -831,6 +842,48 @@ fn cases() -> Vec<Case> {
                     ),
                     OK,
                     vec![ok("", 7, HOUR, 6)],
+                ),
+            ],
+        ),
+        case(
+            "a limit override replaces the matched rule's limits, not a hierarchical parent's",
+            HIERARCHY_UNDER_OVERRIDE,
+            vec![
+                expect(
+                    req(
+                        "d",
+                        vec![desc_override(
+                            &[("tenant", "a"), ("model", "m")],
+                            100,
+                            Unit::Hour.proto(),
+                        )],
+                    ),
+                    OK,
+                    vec![ok("tenant", 2, MINUTE, 1)],
+                ),
+                expect(
+                    req(
+                        "d",
+                        vec![desc_override(
+                            &[("tenant", "a"), ("model", "m")],
+                            100,
+                            Unit::Hour.proto(),
+                        )],
+                    ),
+                    OK,
+                    vec![ok("tenant", 2, MINUTE, 0)],
+                ),
+                expect(
+                    req(
+                        "d",
+                        vec![desc_override(
+                            &[("tenant", "a"), ("model", "m")],
+                            100,
+                            Unit::Hour.proto(),
+                        )],
+                    ),
+                    OVER,
+                    vec![over("tenant", 2, MINUTE)],
                 ),
             ],
         ),
