@@ -63,6 +63,10 @@ pub fn due_named(kind: &'static str, name: &str, max_names: usize) -> Option<u64
     due_named_at(&mut named().lock(), kind, name, max_names, Instant::now())
 }
 
+/// Names are remembered by their first bytes only (a caller's name may be megabytes long;
+/// the line prints fewer characters still, see [`printable`]).
+const NAME_BYTES: usize = 256;
+
 fn due_named_at(
     named: &mut Named,
     kind: &'static str,
@@ -75,6 +79,11 @@ fn due_named_at(
         *start = now;
         names.clear();
     }
+    let mut end = name.len().min(NAME_BYTES);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let name = &name[..end];
     if names.len() >= max_names || names.iter().any(|n| n == name) {
         *held += 1;
         return None;
@@ -118,6 +127,11 @@ mod tests {
         let t1 = t0 + NAMES_PERIOD;
         assert_eq!(due_named_at(&mut named, "u", "d10", 10, t1), Some(2));
         assert_eq!(due_named_at(&mut named, "u", "d10", 10, t1), None);
+        // A long name is remembered by its first bytes, never whole.
+        let long = format!("{}é{}", "x".repeat(NAME_BYTES - 1), "y".repeat(1 << 20));
+        assert_eq!(due_named_at(&mut named, "v", &long, 10, t1), Some(0));
+        assert!(named["v"].1.iter().all(|n| n.len() < NAME_BYTES));
+        assert_eq!(due_named_at(&mut named, "v", &long, 10, t1), None);
         assert_eq!(printable("a\nb"), "a\\nb");
         assert_eq!(printable(&"x".repeat(100)).chars().count(), 65);
     }

@@ -218,9 +218,17 @@ fn check_lease(lease: u64, shared: bool, p: &LimitParams) -> Result<(), String> 
     Ok(())
 }
 
+/// The longest `window`: ten years. A window's end (now plus the window, in µs since the
+/// epoch) must stay below 2^53 for the Redis script to hold it exactly; this keeps it far
+/// below.
+const MAX_WINDOW_US: u64 = 3650 * 86_400 * 1_000_000;
+
 /// A limit's `window`: a positive whole number of milliseconds, in microseconds.
 pub(super) fn window_us(text: &str) -> Result<u64, String> {
     match duration::parse(text) {
+        Ok(d) if d.as_micros() > u128::from(MAX_WINDOW_US) => Err(format!(
+            "invalid window '{text}': the longest window is 3650d (ten years)"
+        )),
         Ok(d) if !d.is_zero() && d.subsec_nanos() % 1_000_000 == 0 => Ok(d.as_micros() as u64),
         _ => Err(format!(
             "invalid window '{text}': expected a positive whole number of milliseconds, like 500ms, 90s, 5m, 1h30m or 1d"

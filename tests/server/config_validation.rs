@@ -17,6 +17,16 @@ struct Bad {
 
 const BAD: &[Bad] = &[
     Bad {
+        name: "a window longer than ten years",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, window: 30000w}
+",
+        want: "invalid window '30000w': the longest window is 3650d (ten years)",
+        line: Some(4),
+    },
+    Bad {
         name: "unknown top-level key",
         yaml: "domain: d
 descriptor:
