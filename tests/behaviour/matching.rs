@@ -419,6 +419,17 @@ descriptors:
 ";
 
 fn cases() -> Vec<Case> {
+    // A request under HIERARCHY_UNDER_OVERRIDE's tenant rule, with a limit override.
+    let through_override = || {
+        req(
+            "d",
+            vec![desc_override(
+                &[("tenant", "a"), ("model", "m")],
+                100,
+                Unit::Hour.proto(),
+            )],
+        )
+    };
     vec![
         case(
             "exact beats wildcard beats key-only; the first matching wildcard wins",
@@ -849,42 +860,9 @@ fn cases() -> Vec<Case> {
             "a limit override replaces the matched rule's limits, not a hierarchical parent's",
             HIERARCHY_UNDER_OVERRIDE,
             vec![
-                expect(
-                    req(
-                        "d",
-                        vec![desc_override(
-                            &[("tenant", "a"), ("model", "m")],
-                            100,
-                            Unit::Hour.proto(),
-                        )],
-                    ),
-                    OK,
-                    vec![ok("tenant", 2, MINUTE, 1)],
-                ),
-                expect(
-                    req(
-                        "d",
-                        vec![desc_override(
-                            &[("tenant", "a"), ("model", "m")],
-                            100,
-                            Unit::Hour.proto(),
-                        )],
-                    ),
-                    OK,
-                    vec![ok("tenant", 2, MINUTE, 0)],
-                ),
-                expect(
-                    req(
-                        "d",
-                        vec![desc_override(
-                            &[("tenant", "a"), ("model", "m")],
-                            100,
-                            Unit::Hour.proto(),
-                        )],
-                    ),
-                    OVER,
-                    vec![over("tenant", 2, MINUTE)],
-                ),
+                expect(through_override(), OK, vec![ok("tenant", 2, MINUTE, 1)]),
+                expect(through_override(), OK, vec![ok("tenant", 2, MINUTE, 0)]),
+                expect(through_override(), OVER, vec![over("tenant", 2, MINUTE)]),
             ],
         ),
         case(
