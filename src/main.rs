@@ -132,6 +132,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         store_failure_header: args.store_failure_header,
         max_in_flight: args.max_in_flight as usize,
         disabled: args.disabled,
+        max_store_bytes: args.max_store_bytes,
     };
     if args.disabled {
         tracing::warn!("--disabled: every request is answered OK without a decision");

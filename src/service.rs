@@ -333,8 +333,11 @@ impl<S: Store> RateLimiter<S> {
         settings: Settings,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let fallback = (settings.failure_mode == FailureMode::Local)
-            .then(|| MemoryStore::new(Arc::new(SystemClock)).with_metrics(metrics.clone()));
+        let fallback = (settings.failure_mode == FailureMode::Local).then(|| {
+            MemoryStore::new(Arc::new(SystemClock))
+                .with_metrics(metrics.clone())
+                .with_max_bytes(settings.max_store_bytes)
+        });
         RateLimiter {
             in_flight: Semaphore::new(settings.max_in_flight.max(1)),
             config,

@@ -24,6 +24,9 @@ pub struct Settings {
     pub max_in_flight: usize,
     /// The kill switch: every request is answered OK without touching the store.
     pub disabled: bool,
+    /// Most bytes a memory store's counters hold (`--max-store-bytes`): the store itself, or
+    /// `--failure-mode local`'s stand-in for Redis.
+    pub max_store_bytes: usize,
 }
 
 impl Default for Settings {
@@ -39,6 +42,7 @@ impl Default for Settings {
             store_failure_header: false,
             max_in_flight: 4096,
             disabled: false,
+            max_store_bytes: crate::store::memory::DEFAULT_MAX_BYTES,
         }
     }
 }

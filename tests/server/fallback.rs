@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tollgate::clock::SystemClock;
 use tollgate::pb::rls::RateLimitResponse;
 use tollgate::settings::{FailureMode, Settings};
-use tollgate::store::redis::ClockSource;
+use tollgate::store::redis::{ClockSource, RedisStore};
 
 use crate::support::kit::RedisSetup;
 use crate::support::redis::RedisServer;
@@ -35,6 +35,26 @@ fn marker(resp: &RateLimitResponse) -> Option<String> {
         })
 }
 
+/// A Redis store on `redis` with Redis's clock and a 50 ms deadline.
+fn store(redis: &RedisServer) -> Arc<RedisStore> {
+    let mut setup = RedisSetup::new(redis.url(), &tollgate::clock::ManualClock::new(0));
+    setup.clock = ClockSource::Redis;
+    setup.wall = Arc::new(SystemClock);
+    setup.timeout = Duration::from_millis(50);
+    Arc::new(setup.connect())
+}
+
+async fn metrics(server: &TestServer) -> String {
+    http_client()
+        .get(server.http_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("body")
+}
+
 async fn wait_readyz(server: &TestServer, want: u16) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -55,11 +75,7 @@ async fn wait_readyz(server: &TestServer, want: u16) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_is_stood_in_for_by_a_shared_out_local_limiter() {
     let redis = tokio::task::block_in_place(RedisServer::start);
-    let mut setup = RedisSetup::new(redis.url(), &tollgate::clock::ManualClock::new(0));
-    setup.clock = ClockSource::Redis;
-    setup.wall = Arc::new(SystemClock);
-    setup.timeout = Duration::from_millis(50);
-    let store = Arc::new(setup.connect());
+    let store = store(&redis);
     let settings = Settings {
         failure_mode: FailureMode::Local,
         local_fallback_share: 2,
@@ -95,14 +111,7 @@ async fn a_paused_redis_is_stood_in_for_by_a_shared_out_local_limiter() {
         codes.push(resp.overall_code);
     }
     assert_eq!(codes, [OK, OK, OK, OK, OK, OVER_LIMIT]);
-    let metrics = http_client()
-        .get(server.http_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("body");
+    let metrics = metrics(&server).await;
     assert!(
         metrics
             .lines()
@@ -119,5 +128,39 @@ async fn a_paused_redis_is_stood_in_for_by_a_shared_out_local_limiter() {
     let resp = call(&mut client, a()).await;
     assert_eq!(marker(&resp), None, "Redis decides again: {resp:?}");
     assert_eq!(resp.statuses[0].limit_remaining, 6);
+    server.stop().await;
+}
+
+/// `--max-store-bytes` bounds the local stand-in too: past it, its entries closest to expiry
+/// are evicted (and counted), as in the memory store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_stand_in_holds_at_most_max_store_bytes() {
+    let redis = tokio::task::block_in_place(RedisServer::start);
+    let store = store(&redis);
+    let settings = Settings {
+        failure_mode: FailureMode::Local,
+        max_store_bytes: 1,
+        ..Settings::default()
+    };
+    let server = start_with_store(CONFIG, settings.into(), store).await;
+    let mut client = server.client().await;
+    let pid = redis.pid().expect("redis runs") as i32;
+    // SAFETY: signalling the test's own child process.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    wait_readyz(&server, 503).await;
+    for i in 0..200 {
+        let value = format!("v{i}");
+        let resp = call(&mut client, req("f", &[&[("a", value.as_str())]])).await;
+        assert_eq!(marker(&resp).as_deref(), Some("local"), "{resp:?}");
+    }
+    let metrics = metrics(&server).await;
+    let evicted: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_memory_evictions_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(evicted > 0.0, "no evictions within 1 byte:\n{metrics}");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
     server.stop().await;
 }
