@@ -145,14 +145,15 @@ impl Placed<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::borrow::Cow;
 
     use super::*;
     use crate::limit::{Limit, Unit};
     use crate::plan::{Charge, DescriptorKind, DescriptorPlan};
 
-    fn charge(key: &str, shared: bool) -> Charge<'static> {
+    /// A one-unit charge of a 10-a-minute limit on `key`.
+    pub(crate) fn charge(key: &str, shared: bool) -> Charge<'static> {
         let mut limit = Limit::from_override(10, Unit::Minute);
         limit.shared = shared;
         Charge {
@@ -164,7 +165,8 @@ mod tests {
         }
     }
 
-    fn plan(charges: Vec<Charge<'static>>) -> Plan<'static> {
+    /// One limited descriptor holding `charges`.
+    pub(crate) fn plan(charges: Vec<Charge<'static>>) -> Plan<'static> {
         Plan {
             descriptors: vec![DescriptorPlan {
                 kind: DescriptorKind::Limited,

@@ -235,22 +235,9 @@ impl<'p, 'a> Protocol<'p, 'a> {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-
     use super::*;
-    use crate::limit::{Limit, Unit};
-    use crate::plan::{Charge, DescriptorKind, DescriptorPlan, Plan, Role};
+    use crate::store::placement::tests::{charge, plan};
     use crate::store::placement::{place, Layout};
-
-    fn charge(key: &str) -> Charge<'static> {
-        Charge {
-            descriptor: 0,
-            limit: Cow::Owned(Limit::from_override(10, Unit::Minute)),
-            key: key.to_string(),
-            cost: 1,
-            role: Role::Enforced,
-        }
-    }
 
     fn answer(allowed: bool, added: u64) -> GroupAnswer {
         let outcome = ChargeOutcome {
@@ -271,17 +258,10 @@ mod tests {
     /// is abandoned afterwards (its caller gone) has nothing left to take back.
     #[test]
     fn an_abandoned_take_back_is_not_retried() {
-        let charges = vec![charge("{d|t=a}|f60"), charge("{d|t=b}|f60")];
-        let plan = Plan {
-            descriptors: vec![DescriptorPlan {
-                kind: DescriptorKind::Limited,
-                charges: 0..charges.len(),
-                quota: false,
-                metadata: None,
-            }],
-            charges,
-            quota_descriptors: 0,
-        };
+        let plan = plan(vec![
+            charge("{d|t=a}|f60", false),
+            charge("{d|t=b}|f60", false),
+        ]);
         let placed = place(&plan, "tg:", Layout::ByTag);
         assert_eq!(placed.groups.len(), 2);
         let mut protocol = Protocol::new(&placed, false);
