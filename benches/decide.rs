@@ -49,7 +49,7 @@ fn config(algorithm: &str) -> String {
 fn limiter(algorithm: &str, clock: Arc<dyn Clock>) -> RateLimiter<MemoryStore> {
     let config = compile_sources(
         &[("bench.yaml".into(), config(algorithm))],
-        LoadOptions::default(),
+        &LoadOptions::default(),
     )
     .expect("bench config compiles");
     RateLimiter::new(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::FileSelection;
+use crate::config::{FileSelection, UsageDomains};
 use crate::duration;
 use crate::settings::FailureMode;
 use crate::telemetry::LogFormat;
@@ -100,6 +100,12 @@ pub struct ServeArgs {
     /// Allow several files to declare one domain; their descriptors are merged.
     #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
     pub merge_domains: bool,
+    /// Usage domains, `GLOB,GLOB,…` (`*` = any run of characters): every limit of a matching
+    /// domain is an overdraft limit, so usage charged after the fact (Envoy's
+    /// `apply_on_stream_done` token charge) always lands and a check of cost 0 is OVER_LIMIT
+    /// once nothing is left. A request-time charge there lands even past the limit too.
+    #[arg(long, env = "TOLLGATE_USAGE_DOMAINS", value_parser = UsageDomains::parse)]
+    pub usage_domains: Option<UsageDomains>,
     /// How often to check the config for changes, e.g. `5s`; `off` disables reloading.
     #[arg(long, env = "TOLLGATE_CONFIG_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_switchable)]
     pub config_reload_interval: Switchable,
@@ -318,6 +324,9 @@ pub struct CheckConfigArgs {
     pub path: PathBuf,
     #[arg(long, env = "TOLLGATE_MERGE_DOMAINS")]
     pub merge_domains: bool,
+    /// As `serve --usage-domains`: the limits printed are the ones serve would enforce.
+    #[arg(long, env = "TOLLGATE_USAGE_DOMAINS", value_parser = UsageDomains::parse)]
+    pub usage_domains: Option<UsageDomains>,
 }
 
 #[derive(Debug, Args)]

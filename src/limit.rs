@@ -204,8 +204,9 @@ impl Limit {
         }
     }
 
-    /// A request's `limit` override: a fixed window of one unit, as envoyproxy/ratelimit.
-    pub fn from_override(requests_per_unit: u32, unit: Unit) -> Limit {
+    /// A request's `limit` override: a fixed window of one unit, as envoyproxy/ratelimit;
+    /// an overdraft limit in a usage domain.
+    pub fn from_override(requests_per_unit: u32, unit: Unit, overdraft: bool) -> Limit {
         let window_us = unit.seconds() * 1_000_000;
         let mut limit = Limit::new(
             String::new(),
@@ -216,7 +217,7 @@ impl Limit {
                 limit: requests_per_unit as u64,
                 window_us,
                 burst: requests_per_unit as u64,
-                overdraft: false,
+                overdraft,
             },
         );
         limit.metric_label = crate::metrics::OVERRIDE_LIMIT.to_string();

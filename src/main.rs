@@ -69,8 +69,9 @@ fn main() -> ExitCode {
             Command::CheckConfig(args) => {
                 let config = load_path(
                     &args.path,
-                    LoadOptions {
+                    &LoadOptions {
                         merge_domains: args.merge_domains,
+                        usage_domains: args.usage_domains.unwrap_or_default(),
                         ..LoadOptions::default()
                     },
                 )?;
@@ -168,6 +169,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         load: LoadOptions {
             merge_domains: args.merge_domains,
             files: args.config_files,
+            usage_domains: args.usage_domains.clone().unwrap_or_default(),
         },
         settings,
         reload_interval: args.config_reload_interval.0,

@@ -136,7 +136,7 @@ async fn start_serving(
     shutdown: Shutdown,
 ) -> anyhow::Result<Running> {
     let sources = read_sources(&opts.config_path, opts.load.files)?;
-    let config = compile_sources(&sources, opts.load)?;
+    let config = compile_sources(&sources, &opts.load)?;
     config.warn_if_empty(&opts.config_path);
     let config = Arc::new(ArcSwap::from_pointee(config));
     let metrics = opts.metrics.clone();
@@ -176,7 +176,7 @@ async fn start_serving(
     if let Some(every) = opts.reload_interval {
         let reloader = Reloader {
             path: opts.config_path.clone(),
-            load: opts.load,
+            load: opts.load.clone(),
             config: config.clone(),
             status: reload_status.clone(),
             every,

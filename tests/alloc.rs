@@ -62,7 +62,7 @@ descriptors:
 fn per_decision(reqs: &[RateLimitRequest]) -> f64 {
     let config = compile_sources(
         &[("bench.yaml".into(), CONFIG.into())],
-        LoadOptions::default(),
+        &LoadOptions::default(),
     )
     .expect("the config compiles");
     let limiter = RateLimiter::new(

@@ -7,14 +7,19 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::raw::{RawFile, RawLimit, RawRule};
-use super::{ConfigError, Domain, DomainPolicy, Level, Pattern, Rule};
+use super::{ConfigError, Domain, DomainPolicy, Level, Pattern, Rule, UsageDomains};
 use crate::duration;
 use crate::limit::{
     default_key_suffix, Algorithm, Limit, LimitParams, Unit, ALGORITHM_NAMES, UNIT_NAMES,
 };
 
-/// Parses and compiles one YAML file's text. `file` names it in errors.
-pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
+/// Parses and compiles one YAML file's text. `file` names it in errors; a domain that
+/// `usage_domains` names gets overdraft limits only (see [`UsageDomains`]).
+pub fn compile_file(
+    file: &str,
+    text: &str,
+    usage_domains: &UsageDomains,
+) -> Result<Domain, ConfigError> {
     let raw: RawFile = if text.trim().is_empty() {
         RawFile::default()
     } else {
@@ -34,9 +39,10 @@ pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
             "domain '{domain}': max_hits must be at least 1 (it is the largest cost one descriptor may carry)"
         )));
     }
+    let usage = usage_domains.matches(&domain);
     let mut root = Level::default();
     for rule in raw.descriptors.unwrap_or_default() {
-        compile_rule(&domain, rule, &mut root).map_err(err)?;
+        compile_rule(&domain, rule, &mut root, usage).map_err(err)?;
     }
     Ok(Domain {
         name: domain,
@@ -45,11 +51,18 @@ pub fn compile_file(file: &str, text: &str) -> Result<Domain, ConfigError> {
             disabled: raw.disabled,
             allow_overrides: raw.allow_overrides.unwrap_or(true),
             max_hits: raw.max_hits,
+            usage,
         },
     })
 }
 
-fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(), String> {
+/// Compiles one rule and its children into `level`; `usage`: the domain is a usage domain.
+fn compile_rule(
+    parent_key: &str,
+    raw: RawRule,
+    level: &mut Level,
+    usage: bool,
+) -> Result<(), String> {
     let key = match raw.key {
         Some(k) if !k.is_empty() => k,
         _ => return Err(format!("'{parent_key}': descriptor has empty key")),
@@ -90,7 +103,7 @@ fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(),
             unlimited_replaces = replaces;
             continue;
         }
-        let mut limit = compile_limit(rl, replaces).map_err(|m| at(&m))?;
+        let mut limit = compile_limit(rl, replaces, usage).map_err(|m| at(&m))?;
         if limit.metric_label.is_empty() {
             limit.metric_label = full_key.clone();
         }
@@ -115,7 +128,7 @@ fn compile_rule(parent_key: &str, raw: RawRule, level: &mut Level) -> Result<(),
 
     let mut children = Level::default();
     for child in raw.descriptors.unwrap_or_default() {
-        compile_rule(&full_key, child, &mut children)?;
+        compile_rule(&full_key, child, &mut children, usage)?;
     }
     let rule = Rule {
         key,
@@ -153,7 +166,7 @@ fn compile_replaces(rl: &RawLimit) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
+fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Limit, String> {
     let unit_text = rl.unit.unwrap_or_default();
     let unit = Unit::parse(&unit_text)
         .ok_or_else(|| format!("invalid rate limit unit '{unit_text}'; expected {UNIT_NAMES}"))?;
@@ -184,10 +197,18 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>) -> Result<Limit, String> {
         limit: requests_per_unit as u64,
         window_us,
         burst,
-        overdraft: rl.overdraft,
+        overdraft: rl.overdraft || usage,
     };
     if let Some(lease) = rl.lease {
-        check_lease(lease, rl.shared, &params)?;
+        check_lease(lease, rl.shared, &params).map_err(|e| {
+            if usage && !rl.overdraft {
+                format!(
+                    "{e} (every limit of a usage domain, --usage-domains, is an overdraft limit)"
+                )
+            } else {
+                e
+            }
+        })?;
     }
     let mut limit = Limit::new(rl.name.unwrap_or_default(), unit, requests_per_unit, params);
     limit.shared = rl.shared;

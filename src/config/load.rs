@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{compile_file, Config, Domain, Level};
+use super::{compile_file, Config, Domain, Level, UsageDomains};
 
 /// A config problem a user can act on: which file, where, what.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,13 +45,15 @@ impl ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// Several files may declare one domain; their rules are merged (envoyproxy/ratelimit's
     /// `MERGE_DOMAIN_CONFIG`).
     pub merge_domains: bool,
     /// Which files of a config directory are read.
     pub files: FileSelection,
+    /// Domains whose limits all record usage after the fact (`--usage-domains`).
+    pub usage_domains: UsageDomains,
 }
 
 /// Which files of a config directory are read (subdirectories never are).
@@ -77,7 +79,7 @@ impl FileSelection {
 }
 
 /// Loads a file, or the selected files directly in a directory.
-pub fn load_path(path: &Path, opts: LoadOptions) -> Result<Config, ConfigError> {
+pub fn load_path(path: &Path, opts: &LoadOptions) -> Result<Config, ConfigError> {
     compile_sources(&read_sources(path, opts.files)?, opts)
 }
 
@@ -109,11 +111,11 @@ pub fn read_sources(
 /// Compiles `(name, text)` sources into one config.
 pub fn compile_sources(
     sources: &[(String, String)],
-    opts: LoadOptions,
+    opts: &LoadOptions,
 ) -> Result<Config, ConfigError> {
     let mut config = Config::default();
     for (name, text) in sources {
-        let domain = compile_file(name, text)?;
+        let domain = compile_file(name, text, &opts.usage_domains)?;
         add_domain(&mut config, domain, name, opts)?;
     }
     Ok(config)
@@ -140,7 +142,7 @@ fn add_domain(
     config: &mut Config,
     domain: Domain,
     file: &str,
-    opts: LoadOptions,
+    opts: &LoadOptions,
 ) -> Result<(), ConfigError> {
     match config.domains.get_mut(&domain.name) {
         None => {

@@ -8,6 +8,7 @@ mod compile;
 mod load;
 mod raw;
 mod reload;
+mod usage;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 pub use compile::compile_file;
 pub use load::{compile_sources, load_path, read_sources, ConfigError, FileSelection, LoadOptions};
 pub use reload::{ReloadStatus, Reloader};
+pub use usage::UsageDomains;
 
 use crate::limit::Limit;
 
@@ -41,6 +43,9 @@ pub struct DomainPolicy {
     pub allow_overrides: bool,
     /// `max_hits: N`: the largest cost one descriptor may carry.
     pub max_hits: Option<u64>,
+    /// A usage domain (`--usage-domains`): every limit, a caller's override too, is an
+    /// overdraft limit.
+    pub usage: bool,
 }
 
 impl Default for DomainPolicy {
@@ -49,6 +54,7 @@ impl Default for DomainPolicy {
             disabled: false,
             allow_overrides: true,
             max_hits: None,
+            usage: false,
         }
     }
 }

@@ -105,7 +105,7 @@ impl Reloader {
                 }
                 continue;
             }
-            let compiled = compile_sources(&sources, self.load).map_err(|e| e.to_string());
+            let compiled = compile_sources(&sources, &self.load).map_err(|e| e.to_string());
             let compiled = compiled.and_then(|c| {
                 // Every domain gone at once is a deploy caught halfway (a directory emptied
                 // before its new files arrive) far more often than a wish: keep the limits.

@@ -176,7 +176,11 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             let unit = check_override(i, ov.requests_per_unit, ov.unit)?;
             candidates.push(Candidate {
                 descriptor: i,
-                limit: Cow::Owned(Limit::from_override(ov.requests_per_unit, unit)),
+                limit: Cow::Owned(Limit::from_override(
+                    ov.requests_per_unit,
+                    unit,
+                    domain.policy.usage,
+                )),
                 depth: d.entries.len().saturating_sub(1),
                 // The override replaces the rule's limits, not its quota mode.
                 role: if quota {
@@ -354,7 +358,7 @@ descriptors:
 ";
 
     fn tags(descriptors: &[&[(&str, &str)]]) -> Vec<String> {
-        let config = compile_sources(&[("t.yaml".into(), TIERS.into())], LoadOptions::default())
+        let config = compile_sources(&[("t.yaml".into(), TIERS.into())], &LoadOptions::default())
             .expect("config compiles");
         let req = RateLimitRequest {
             domain: "llm".into(),

@@ -154,7 +154,7 @@ pub(crate) mod tests {
 
     /// A one-unit charge of a 10-a-minute limit on `key`.
     pub(crate) fn charge(key: &str, shared: bool) -> Charge<'static> {
-        let mut limit = Limit::from_override(10, Unit::Minute);
+        let mut limit = Limit::from_override(10, Unit::Minute, false);
         limit.shared = shared;
         Charge {
             descriptor: 0,

@@ -10,7 +10,8 @@
 //! - `holes`: regressions for every exactness hole found from outside;
 //! - `concurrency`: two tollgate instances on one Redis Cluster stay exact;
 //! - `lease`: leased shared limits (`lease: N`) on two instances never over-admit;
-//! - `replicas`: `--read-replicas` answers check-only requests from cluster replicas.
+//! - `replicas`: `--read-replicas` answers check-only requests from cluster replicas;
+//! - `usage`: usage domains (`--usage-domains`) answer as overdraft limits do.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -25,3 +26,4 @@ mod lease;
 mod matching;
 mod model;
 mod replicas;
+mod usage;

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tollgate::config::{compile_file, compile_sources, load_path, Config, LoadOptions};
+use tollgate::config::{
+    compile_file, compile_sources, load_path, Config, LoadOptions, UsageDomains,
+};
 
 /// A file that must be rejected: `want` must appear in the message, and `line` is the line a
 /// YAML-level error points at (`None` for rules checked after parsing).
@@ -478,7 +480,7 @@ descriptors:
 fn bad_files_are_rejected_with_an_actionable_error() {
     let mut failures = Vec::new();
     for case in BAD {
-        let err = match compile_file("limits.yaml", case.yaml) {
+        let err = match compile_file("limits.yaml", case.yaml, &UsageDomains::default()) {
             Ok(_) => {
                 failures.push(format!(
                     "{}: compiled, want error {:?}",
@@ -655,7 +657,7 @@ descriptors:
 fn good_files_compile() {
     let mut failures = Vec::new();
     for case in GOOD {
-        match compile_file("limits.yaml", case.yaml) {
+        match compile_file("limits.yaml", case.yaml, &UsageDomains::default()) {
             Err(e) => failures.push(format!("{}: rejected: {e}", case.name)),
             Ok(domain) => {
                 let (k, v) = case.lookup;
@@ -765,7 +767,7 @@ fn several_files() {
             merge_domains: case.merge_domains,
             ..LoadOptions::default()
         };
-        let got = compile_sources(&sources(case.files), opts);
+        let got = compile_sources(&sources(case.files), &opts);
         let ok = match (&got, &case.want) {
             (Ok(config), Ok(want)) => {
                 let want: Vec<Option<String>> =
@@ -830,7 +832,7 @@ fn directory_loading_reads_only_visible_yaml_files() {
     dir.write("limits.yaml.bak", FILE_A);
     dir.write("nested/deeper.yaml", FILE_A);
 
-    let config = load_path(&dir.0, LoadOptions::default()).expect("directory loads");
+    let config = load_path(&dir.0, &LoadOptions::default()).expect("directory loads");
     let mut domains: Vec<&String> = config.domains.keys().collect();
     domains.sort();
     assert_eq!(domains, ["other", "shared"]);
@@ -855,7 +857,7 @@ fn directory_loading_follows_a_configmap_mount() {
         symlink(Path::new("..data").join(f), dir.0.join(f)).expect("link file");
     }
 
-    let config = load_path(&dir.0, LoadOptions::default()).expect("mount loads");
+    let config = load_path(&dir.0, &LoadOptions::default()).expect("mount loads");
     assert_eq!(config.domains.len(), 2);
     assert_eq!(
         resolves(&config, "other", &[("a", "x")]),
@@ -912,7 +914,7 @@ fn directory_errors_name_the_file() {
             ..LoadOptions::default()
         };
         let want_file = dir.0.join(case.want_file).display().to_string();
-        match load_path(&dir.0, opts) {
+        match load_path(&dir.0, &opts) {
             Ok(_) => failures.push(format!("{}: loaded", case.name)),
             Err(e) => {
                 if e.file != want_file
@@ -931,16 +933,56 @@ fn directory_errors_name_the_file() {
 fn a_single_file_path_loads() {
     let dir = TempDir::new("single");
     dir.write("limits.yaml", FILE_A);
-    let config = load_path(&dir.0.join("limits.yaml"), LoadOptions::default()).expect("loads");
+    let config = load_path(&dir.0.join("limits.yaml"), &LoadOptions::default()).expect("loads");
     assert_eq!(
         resolves(&config, "shared", &[("a", "x")]),
         [Some("shared.a".to_string())]
     );
     let missing = dir.0.join("missing.yaml");
-    let err = load_path(&missing, LoadOptions::default()).expect_err("missing file");
+    let err = load_path(&missing, &LoadOptions::default()).expect_err("missing file");
     assert!(
         err.to_string()
             .starts_with(&format!("{}: cannot read config", missing.display())),
         "{err}"
     );
+}
+
+#[test]
+fn a_usage_domain_makes_every_limit_an_overdraft_limit() {
+    let usage = LoadOptions {
+        usage_domains: UsageDomains::parse("llm-*").expect("globs"),
+        ..LoadOptions::default()
+    };
+    let tokens = "domain: llm-tokens\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+    let edge = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+    let config = compile_sources(
+        &[
+            ("tokens.yaml".into(), tokens.into()),
+            ("edge.yaml".into(), edge.into()),
+        ],
+        &usage,
+    )
+    .expect("compiles");
+    let described = config.describe();
+    assert!(
+        described.contains("llm-tokens.tenant: unit=MINUTE requests_per_unit=100, shadow_mode: false, overdraft: true"),
+        "{described}"
+    );
+    assert!(
+        described.contains("edge.tenant: unit=MINUTE requests_per_unit=100, shadow_mode: false\n"),
+        "only the matching domain: {described}"
+    );
+
+    let leased = "domain: llm-global\ndescriptors:\n  - key: model\n    rate_limit: {unit: minute, requests_per_unit: 100, shared: true, lease: 10}\n";
+    let err = compile_sources(&[("leased.yaml".into(), leased.into())], &usage)
+        .expect_err("a lease cannot be an overdraft limit");
+    assert_eq!(
+        err.to_string(),
+        "leased.yaml: 'llm-global.model': lease cannot be combined with overdraft (every limit of a usage domain, --usage-domains, is an overdraft limit)"
+    );
+    compile_sources(
+        &[("leased.yaml".into(), leased.into())],
+        &LoadOptions::default(),
+    )
+    .expect("outside a usage domain the lease is fine");
 }

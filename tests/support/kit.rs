@@ -193,8 +193,23 @@ pub async fn store(kind: StoreKind, clock: &ManualClock) -> Arc<AnyStore> {
 
 /// A limiter over `store` with `yaml` as its config.
 pub fn limiter<S: Store>(yaml: &str, settings: Settings, store: Arc<S>) -> RateLimiter<S> {
-    let config = compile_sources(&[("test.yaml".into(), yaml.into())], LoadOptions::default())
-        .unwrap_or_else(|e| panic!("test config does not compile: {e}\n{yaml}"));
+    limiter_with(&[yaml], &LoadOptions::default(), settings, store)
+}
+
+/// A limiter over `store` with one config file per `yamls` entry, compiled with `load`.
+pub fn limiter_with<S: Store>(
+    yamls: &[&str],
+    load: &LoadOptions,
+    settings: Settings,
+    store: Arc<S>,
+) -> RateLimiter<S> {
+    let sources: Vec<(String, String)> = yamls
+        .iter()
+        .enumerate()
+        .map(|(i, yaml)| (format!("test{i}.yaml"), yaml.to_string()))
+        .collect();
+    let config = compile_sources(&sources, load)
+        .unwrap_or_else(|e| panic!("test config does not compile: {e}\n{yamls:?}"));
     RateLimiter::new(
         Arc::new(ArcSwap::from_pointee(config)),
         store,

@@ -42,6 +42,16 @@ descriptors:
 """
 
 
+# A usage domain (`--usage-domains 'usage-*'`): a plain envoyproxy/ratelimit limit, no
+# `overdraft` key, whose usage charges still always land.
+USAGE_CONFIG = """\
+domain: usage-tokens
+descriptors:
+  - key: tenant_tokens
+    rate_limit: {unit: minute, requests_per_unit: 100}
+"""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM (a CI timeout, `kill`) becomes KeyboardInterrupt, so pytest still runs the
     session finalizers that kill the servers it started."""
@@ -166,10 +176,12 @@ def start_tollgate(
     conf = workdir / "config"
     conf.mkdir()
     (conf / "test.yaml").write_text(TEST_CONFIG)
+    (conf / "usage.yaml").write_text(USAGE_CONFIG)
     shutil.copy(EXAMPLE_LLM, conf / "llm-gateway.yaml")
     grpc_addr = f"127.0.0.1:{free_port()}"
     argv = [binary, "serve", "--config", str(conf), "--grpc-addr", grpc_addr,
-            "--http-addr", f"127.0.0.1:{free_port()}", "--config-reload-interval", "off"]
+            "--http-addr", f"127.0.0.1:{free_port()}", "--config-reload-interval", "off",
+            "--usage-domains", "usage-*"]
     if redis:
         argv += ["--redis-url", redis, "--redis-key-prefix", f"{unique('tg')}:"]
         # loopback Redis on a shared 2-core CI box: leave room above the 10ms default

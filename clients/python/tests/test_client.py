@@ -220,6 +220,19 @@ def test_llm_tokens_two_calls(server: Server) -> None:
             tg.acquire_tokens(tenant, max_wait=0.5)
 
 
+def test_llm_tokens_in_a_usage_domain_need_no_overdraft_key(server: Server) -> None:
+    """tollgate --usage-domains: a plain limit (100 a minute) records every usage charge, as
+    Envoy's stream-done call needs; the budget is spent once the charges pass it."""
+    tenant = unique("tenant")
+    with Client(server.addr, tokens_domain="usage-tokens") as tg:
+        assert tg.check_tokens(tenant).remaining == 100
+        tg.record_tokens(tenant, 60)
+        assert tg.check_tokens(tenant).remaining == 40
+        tg.record_tokens(tenant, 60)  # 60 against 40 left: lands anyway
+        over = tg.check_tokens(tenant)
+        assert not over.allowed and over.wait is not None and over.wait >= 1
+
+
 def test_llm_tokens_domain_and_key_are_configurable(server: Server) -> None:
     with Client(server.addr, tokens_domain="test", tokens_key="per_minute") as tg:
         tenant = unique()
