@@ -1,15 +1,14 @@
 //! The `tollgate` binary as a child process: started with chosen arguments and environment,
-//! waited for until its admin port answers, killed with the test (and when the test binary
-//! dies, see [`super::process`]).
+//! waited for until its admin port answers, killed when dropped, and when the test binary
+//! dies (see [`super::process`]; it lives on when the test thread that started it ends, so a
+//! fixture shared by a binary's tests may hold one).
 
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use super::process::die_with_parent;
 use super::server::http_client;
 
 /// The binary Cargo built for these tests.
@@ -28,7 +27,7 @@ pub struct Binary {
 
 impl Drop for Binary {
     fn drop(&mut self) {
-        let _ = self.child.start_kill();
+        self.stop();
     }
 }
 
@@ -50,7 +49,7 @@ pub struct Start<'a> {
 impl Binary {
     /// Starts the process and waits (up to 15 s) until `GET /healthz` answers.
     pub async fn start(start: Start<'_>) -> Binary {
-        let mut command = std::process::Command::new(start.program);
+        let mut command = Command::new(start.program);
         command.args(&start.args);
         if start.clear_env {
             command.env_clear();
@@ -69,10 +68,7 @@ impl Binary {
                 command.stderr(Stdio::null());
             }
         }
-        die_with_parent(&mut command);
-        let mut command = Command::from(command);
-        command.kill_on_drop(true);
-        let child = command.spawn().expect("start tollgate");
+        let child = super::process::spawn(command).expect("start tollgate");
         let mut binary = Binary {
             child,
             grpc_url: format!("http://127.0.0.1:{}", start.grpc_port),
@@ -123,6 +119,12 @@ impl Binary {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Kills the process (SIGKILL, as a crash) and reaps it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// What the process wrote to stderr (when it was kept).
