@@ -4,7 +4,7 @@
 -- This is src/algorithm (batch::evaluate and the three algorithms) written in Lua, step by
 -- step; the differential test runs random requests through both and compares every answer and
 -- the state left behind. Times are microseconds. Every number stays an integer below 2^53
--- (config validation and --max-hits bound the inputs; see README "Decision semantics").
+-- (config validation and --max-hits bound the inputs; see docs/semantics.md).
 --
 -- KEYS: the group's distinct counter keys, each charged at least once (on a cluster they share
 -- one hash tag, so one slot; on one node a group is the whole request).

@@ -1,6 +1,7 @@
-//! The README's flags are the binary's: every flag of `tollgate`, `serve`, `query` and
-//! `check-config` is in README.md, and every flag README.md names outside the
-//! `tollgate-bench` section (checked by that crate) exists, or is another tool's.
+//! The documented flags are the binary's: every flag of `tollgate`, `serve`, `query` and
+//! `check-config` is in docs/cli.md, and every flag README.md and docs/*.md name outside
+//! the `tollgate-bench` section (checked by that crate) exists, or is another tool's. The
+//! config excerpts of README.md and docs/configuration.md are in the example files they quote.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -51,18 +52,38 @@ fn help(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn readme_without_bench_section() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme.find("### `tollgate-bench`").expect("bench section");
-    let end = start + 3 + readme[start + 3..].find("\n##").expect("section end");
-    format!("{}{}", &readme[..start], &readme[end..])
+fn read(path: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// docs/cli.md without its `tollgate-bench` section (the last one).
+fn cli_without_bench_section() -> String {
+    let cli = read("docs/cli.md");
+    let start = cli.find("## `tollgate-bench`").expect("bench section");
+    let end = cli[start + 3..]
+        .find("\n## ")
+        .map_or(cli.len(), |e| start + 3 + e);
+    format!("{}{}", &cli[..start], &cli[end..])
+}
+
+/// README.md and every file of docs/, docs/cli.md without its bench section.
+fn every_doc() -> String {
+    let mut text = read("README.md");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    for entry in std::fs::read_dir(&dir).expect("docs/") {
+        let path = entry.expect("docs entry").path();
+        if path.extension().is_some_and(|e| e == "md") && !path.ends_with("cli.md") {
+            text.push_str(&std::fs::read_to_string(&path).expect("a doc"));
+        }
+    }
+    text + &cli_without_bench_section()
 }
 
 #[test]
 fn every_flag_is_documented_and_every_documented_flag_exists() {
-    let readme = readme_without_bench_section();
-    let documented = flags_in(&readme);
+    let in_cli = flags_in(&cli_without_bench_section());
+    let documented = flags_in(&every_doc());
     let mut known: BTreeSet<String> = OTHER_TOOLS.iter().map(|s| s.to_string()).collect();
     let mut missing = Vec::new();
     for sub in [
@@ -72,7 +93,7 @@ fn every_flag_is_documented_and_every_documented_flag_exists() {
         &["check-config", "--help"],
     ] {
         for flag in flags_in(&help(sub)) {
-            if !["--help", "--version"].contains(&flag.as_str()) && !documented.contains(&flag) {
+            if !["--help", "--version"].contains(&flag.as_str()) && !in_cli.contains(&flag) {
                 missing.push(format!("{} {flag}", sub[0]));
             }
             known.insert(flag);
@@ -80,12 +101,12 @@ fn every_flag_is_documented_and_every_documented_flag_exists() {
     }
     assert!(
         missing.is_empty(),
-        "flags README.md does not mention: {missing:?}"
+        "flags docs/cli.md does not mention: {missing:?}"
     );
     let unknown: Vec<&String> = documented.difference(&known).collect();
     assert!(
         unknown.is_empty(),
-        "README.md names flags no command has: {unknown:?}"
+        "README.md or docs/ name flags no command has: {unknown:?}"
     );
 }
 
@@ -100,27 +121,33 @@ fn flags_are_found_in_text() {
     assert_eq!(found, want);
 }
 
-#[test]
-fn the_llm_gateway_excerpt_is_in_the_example_file() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/llm-gateway.yaml"
-    ))
-    .expect("example");
-    let start = readme
-        .find("```yaml\ndomain: llm-gateway")
-        .expect("excerpt")
+/// Every non-blank line of the ```yaml block starting with `first` in `doc` is a line of
+/// `example`, in order.
+fn excerpt_is_in(doc: &str, first: &str, example: &str) {
+    let text = read(doc);
+    let start = text
+        .find(&format!("```yaml\n{first}"))
+        .unwrap_or_else(|| panic!("{doc}: no excerpt starting {first:?}"))
         + 8;
-    let end = start + readme[start..].find("```").expect("end of excerpt");
-    let mut file_lines = example.lines();
-    for line in readme[start..end].lines().filter(|l| !l.trim().is_empty()) {
+    let end = start + text[start..].find("```").expect("end of excerpt");
+    let example_text = read(example);
+    let mut file_lines = example_text.lines();
+    for line in text[start..end].lines().filter(|l| !l.trim().is_empty()) {
         assert!(
             file_lines.any(|f| f == line),
-            "README's excerpt line {line:?} is not in examples/llm-gateway.yaml (in order)"
+            "{doc}'s excerpt line {line:?} is not in {example} (in order)"
         );
     }
+}
+
+#[test]
+fn the_config_excerpts_are_in_the_example_files() {
+    excerpt_is_in("README.md", "domain: edge", "examples/ratelimit.yaml");
+    excerpt_is_in(
+        "docs/configuration.md",
+        "domain: llm-gateway",
+        "examples/llm-gateway.yaml",
+    );
 }
 
 /// `package version -> features` as `cargo tree` resolves them for `args`.
