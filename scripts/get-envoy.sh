@@ -27,7 +27,10 @@ log() { echo "get-envoy: $*" >&2; }
 stamp="$NAME $VERSION $SHA256"
 works() {
     [ "$(cat "$BIN/.pin" 2>/dev/null)" = "$stamp" ] || return 1
-    "$BIN/envoy" --version 2>/dev/null | grep -qF "$WANT" || return 1
+    # Captured first: `envoy --version | grep -q` fails under pipefail when grep exits early.
+    local version
+    version=$("$BIN/envoy" --version 2>/dev/null) || return 1
+    [[ $version == *"$WANT"* ]]
 }
 if works; then
     echo "$BIN/envoy"
