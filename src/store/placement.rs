@@ -40,6 +40,18 @@ pub struct Group {
     pub shared: bool,
 }
 
+impl Group {
+    /// The group of one shared charge on its own key (spec 0): a lease's top-up or return.
+    pub fn one_shared() -> Group {
+        Group {
+            keys: vec![0],
+            charges: vec![0],
+            key_of: vec![0],
+            shared: true,
+        }
+    }
+}
+
 /// A request laid out in placement groups.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Placed<'a> {

@@ -8,6 +8,7 @@ mod config_validation;
 mod dropin;
 mod fallback;
 mod grpc;
+mod layout;
 mod metrics;
 mod readme;
 mod redis_tls;

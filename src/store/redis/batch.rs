@@ -10,7 +10,8 @@
 //! not fail the others) and answers each, so a batch changes what Redis does per call, never
 //! what it decides. A batch of one is sent as a plain call.
 //!
-//! A batch is sent by [`super::script::eval`] like any call: its keys share one slot (one
+//! A batch is sent by [`super::script::eval`] like any call ([`Inner::script_call`] joins or
+//! sends one): its keys share one slot (one
 //! batch per slot on a cluster), so NOSCRIPT, TRYAGAIN and redirects are handled for the
 //! batch as a whole, and a redirect means none of it ran.
 
@@ -18,26 +19,32 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use fred::prelude::*;
+use fred::types::config::Options;
+use fred::util::redis_keyslot;
+use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::script::unpack;
+use super::client::call_options;
+use super::script::{eval, unpack, EvalError};
+use super::Inner;
 use crate::store::StoreError;
 
 /// A batch is closed to more calls once it holds this many.
 const MAX_CALLS: usize = 64;
 
-/// One call: its keys and its argument, where its reply goes, and how long it may be retried.
-pub struct Call {
+/// One script call waiting in a batch: its keys and its argument, where its reply goes, and
+/// how long it may be retried.
+pub struct Queued {
     pub keys: Vec<Key>,
     pub arg: Value,
     pub retry_until: Instant,
     reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
 }
 
-impl Call {
+impl Queued {
     /// Hands this call its reply (the caller may have gone: then nobody hears it).
     pub fn answer(self, reply: Result<Vec<i64>, StoreError>) {
         let _ = self.reply.send(reply);
@@ -45,7 +52,7 @@ impl Call {
 }
 
 /// The calls of one batch, taken by its first call when it sends them.
-pub type Batch = Arc<Mutex<Vec<Call>>>;
+pub type Batch = Arc<Mutex<Vec<Queued>>>;
 
 thread_local! {
     /// This thread's open batches: per store id and slot.
@@ -73,7 +80,7 @@ pub fn join(
     Option<Batch>,
 ) {
     let (tx, rx) = oneshot::channel();
-    let call = Call {
+    let call = Queued {
         keys,
         arg,
         retry_until,
@@ -99,14 +106,14 @@ pub fn join(
 }
 
 /// Closes `batch` (a later call opens a new one) and takes its calls.
-pub fn take(batch: &Batch) -> Vec<Call> {
+pub fn take(batch: &Batch) -> Vec<Queued> {
     OPEN.with_borrow_mut(|open| open.retain(|(_, _, b)| !Arc::ptr_eq(b, batch)));
     std::mem::take(&mut *batch.lock())
 }
 
 /// KEYS and ARGV of a batch of (two or more) calls: every call's keys in order, and every
 /// call's argument (which says how many keys it has).
-pub fn combine(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
+pub fn combine(calls: &[Queued]) -> (Vec<Key>, Vec<Value>) {
     let nkeys = calls.iter().map(|c| c.keys.len()).sum();
     let mut keys = Vec::with_capacity(nkeys);
     for c in calls {
@@ -117,7 +124,7 @@ pub fn combine(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
 
 /// Hands each call its part of a batch's reply: one reply per call, each the call's numbers
 /// or a string saying why that call failed.
-pub fn answer(calls: Vec<Call>, reply: Result<Vec<Value>, StoreError>) {
+pub fn answer(calls: Vec<Queued>, reply: Result<Vec<Value>, StoreError>) {
     let replies = match reply {
         Ok(r) if r.len() == calls.len() => r,
         Ok(r) => {
@@ -139,13 +146,109 @@ pub fn answer(calls: Vec<Call>, reply: Result<Vec<Value>, StoreError>) {
     }
 }
 
+impl Inner {
+    /// One script call: batched with the calls that arrive with it on a serving thread, else
+    /// on its own.
+    pub(super) async fn script_call(
+        &self,
+        retry_until: Instant,
+        request: impl Fn() -> (Vec<Key>, Value),
+    ) -> Result<Vec<i64>, StoreError> {
+        if !here() {
+            let (client, options) = (self.clients.for_call(), call_options());
+            // Boxed: this rare path would otherwise size every call's future.
+            let call = eval(
+                &client,
+                &options,
+                &self.script,
+                &self.migrations,
+                retry_until,
+                || {
+                    let (keys, arg) = request();
+                    (keys, vec![arg])
+                },
+            );
+            let reply: Value = Box::pin(call).await?;
+            return unpack(&reply);
+        }
+        let (keys, arg) = request();
+        let slot = match keys.first() {
+            Some(k) if self.clients.clustered => redis_keyslot(k.as_bytes()),
+            _ => 0,
+        };
+        let (reply, opened) = join(self.clients.id, slot, keys, arg, retry_until);
+        if let Some(opened) = opened {
+            // This call sends the batch it opened, once every task ready on this thread has
+            // run (and could join). A call is never cancelled halfway: a decision whose caller
+            // stops waiting finishes on its own (see `Detach`). Boxed: the rare retry paths
+            // would size every call.
+            tokio::task::yield_now().await;
+            Box::pin(self.send_batch(opened)).await;
+        }
+        reply
+            .await
+            .unwrap_or_else(|_| Err(StoreError("redis batch dropped before it was sent".into())))
+    }
+
+    /// Sends a batch of script calls once the calls ready on this thread have joined it.
+    async fn send_batch(&self, batch: Batch) {
+        let mut calls = take(&batch);
+        let (client, options) = (self.clients.for_call(), call_options());
+        if calls.len() == 1 {
+            let call = calls.pop().expect("one call");
+            return self.send_alone(&client, &options, call).await;
+        }
+        // Tried once (NOSCRIPT aside): on a cluster, a slot being migrated refuses a script
+        // whose keys are only partly moved (TRYAGAIN), which a batch, with more keys, meets
+        // more often than its calls would. Refused, nothing of it ran: its calls are then sent
+        // on their own, each retried and redirected as usual.
+        let (keys, args) = combine(&calls);
+        let reply = eval(
+            &client,
+            &options,
+            &self.script,
+            &self.migrations,
+            Instant::now(),
+            || (keys.clone(), args.clone()),
+        )
+        .await;
+        match reply {
+            Err(EvalError::NotRun(_)) => {
+                let alone = calls
+                    .into_iter()
+                    .map(|call| self.send_alone(&client, &options, call));
+                join_all(alone).await;
+            }
+            reply => answer(calls, reply.map_err(StoreError::from)),
+        }
+    }
+
+    /// Sends one call of a batch as a plain call, retried until its own deadline.
+    async fn send_alone(&self, client: &Client, options: &Options, call: Queued) {
+        let reply = eval(
+            client,
+            options,
+            &self.script,
+            &self.migrations,
+            call.retry_until,
+            || (call.keys.clone(), vec![call.arg.clone()]),
+        )
+        .await;
+        call.answer(
+            reply
+                .map_err(StoreError::from)
+                .and_then(|r: Value| unpack(&r)),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn call(keys: &[&str], arg: i64) -> (Call, oneshot::Receiver<Result<Vec<i64>, StoreError>>) {
+    fn call(keys: &[&str], arg: i64) -> (Queued, oneshot::Receiver<Result<Vec<i64>, StoreError>>) {
         let (tx, rx) = oneshot::channel();
-        let call = Call {
+        let call = Queued {
             keys: keys.iter().map(|k| Key::from(*k)).collect(),
             arg: Value::Integer(arg),
             retry_until: Instant::now(),

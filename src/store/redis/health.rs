@@ -8,15 +8,18 @@
 //! (`redis 127.0.0.1:6390: connection refused`), shown on `/readyz`, in logs and in the gRPC
 //! error of a call the failure policy answered.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::config::Options;
+use parking_lot::Mutex;
 
-use super::Inner;
+use super::client::Clients;
+use super::script::Script;
 use crate::log_throttle;
-use crate::metrics::StoreOp;
+use crate::metrics::{Metrics, StoreOp};
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;
@@ -60,33 +63,71 @@ pub fn describe(e: &Error, server: Option<&Server>, fallback_host: &str) -> Stri
     format!("redis {host}: {cause}")
 }
 
-impl Inner {
-    /// One upkeep round: probe, re-sync the topology when due, reload scripts after changes,
-    /// check the eviction policy, and publish readiness.
-    pub(super) async fn upkeep(&self) {
+/// The store's health as upkeep last found it. Upkeep sees the store only through its
+/// clients and its script.
+pub struct Health {
+    ready: AtomicBool,
+    /// Why the store is not ready, when it is not.
+    reason: Mutex<Option<String>>,
+    /// A risk worth showing while ready (an evicting `maxmemory-policy`).
+    eviction_warning: Mutex<Option<String>>,
+    /// Upkeep rounds so far (`maintain` runs about twice a second).
+    ticks: AtomicU64,
+    metrics: Arc<Metrics>,
+    /// `--read-replicas`: upkeep waits until fred knows of the replicas.
+    read_replicas: bool,
+}
+
+impl Health {
+    pub fn new(metrics: Arc<Metrics>, read_replicas: bool) -> Health {
+        Health {
+            ready: AtomicBool::new(false),
+            reason: Mutex::new(Some("connecting to redis".into())),
+            eviction_warning: Mutex::new(None),
+            ticks: AtomicU64::new(0),
+            metrics,
+            read_replicas,
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().clone()
+    }
+
+    pub fn warning(&self) -> Option<String> {
+        self.eviction_warning.lock().clone()
+    }
+
+    /// One upkeep round: probe, re-sync the topology when due, reload `script` after
+    /// changes, check the eviction policy, and publish readiness.
+    pub async fn upkeep(&self, clients: &Clients, script: &Script) {
         let was = self.ready.load(Ordering::Relaxed);
-        let primaries_before = self.primaries();
-        let probed = self.probe().await;
+        let primaries_before = clients.primaries();
+        let probed = self.probe(clients).await;
         // Topology: re-synced when a primary fails to answer (in `probe`), on MOVED (by fred),
         // and periodically here; scripts are loaded again whenever the primaries changed.
         let ticks = self.ticks.fetch_add(1, Ordering::Relaxed);
-        if self.client.is_clustered() && ticks.is_multiple_of(SYNC_EVERY_TICKS) {
-            for client in self.clients() {
+        if clients.clustered && ticks.is_multiple_of(SYNC_EVERY_TICKS) {
+            for client in clients.all() {
                 let _ = tokio::time::timeout(Duration::from_secs(1), client.sync_cluster()).await;
             }
         }
         let now = probed.is_ok();
-        if now && (!was || self.primaries() != primaries_before) {
-            self.load_scripts().await;
+        if now && (!was || clients.primaries() != primaries_before) {
+            load_script(clients, script).await;
         }
         if now && (!was || ticks.is_multiple_of(EVICTION_EVERY_TICKS)) {
-            self.check_eviction_policy().await;
+            self.check_eviction_policy(clients).await;
         }
-        if now && self.opts.read_replicas {
+        if now && self.read_replicas {
             // fred routes to the replicas its copy of CLUSTER SLOTS names, and a primary lists
             // a replica there only once the replica has acknowledged some replication: until
             // fred knows of any, re-read the topology (reads go to primaries meanwhile).
-            for client in self.clients() {
+            for client in clients.all() {
                 if client.replicas().nodes().is_empty() {
                     let _ =
                         tokio::time::timeout(Duration::from_secs(1), client.sync_cluster()).await;
@@ -104,104 +145,34 @@ impl Inner {
             Ok(()) => {}
         }
         if now {
-            *self.connection_error.lock() = None;
+            *clients.connection_error.lock() = None;
         }
         *self.reason.lock() = probed.err();
         self.ready.store(now, Ordering::Relaxed);
-        self.cache.sweep(self.wall.now_us());
-    }
-
-    /// Pings every primary; re-syncs the topology when one does not answer. The error is why.
-    async fn probe(&self) -> Result<(), String> {
-        let started = std::time::Instant::now();
-        let up = self.ping_every_primary().await;
-        self.opts
-            .metrics
-            .store_duration(StoreOp::Probe, started.elapsed().as_secs_f64());
-        up
     }
 
     /// Pings every primary through every client (the serving threads' too: a call on any
-    /// thread must find its connections up).
-    async fn ping_every_primary(&self) -> Result<(), String> {
-        for client in self.clients() {
-            self.ping_with(&client).await?;
-        }
-        Ok(())
-    }
-
-    async fn ping_with(&self, client: &Client) -> Result<(), String> {
-        let opts = |server: Option<Server>| Options {
-            timeout: Some(PROBE_TIMEOUT),
-            fail_fast: true,
-            max_attempts: Some(1),
-            cluster_node: server,
-            ..Default::default()
-        };
-        if !client.is_clustered() {
-            let pong: Result<String, Error> = client.with_options(&opts(None)).ping(None).await;
-            return pong.map(drop).map_err(|e| self.reason_for(&e, None));
-        }
-        let primaries = self.primaries();
-        if primaries.is_empty() {
-            let _ = tokio::time::timeout(PROBE_TIMEOUT, client.sync_cluster()).await;
-            return Err(self
-                .last_connection_error()
-                .unwrap_or_else(|| format!("redis {}: cluster topology unknown", self.host)));
-        }
-        let mut failure = None;
-        for server in primaries {
-            let pong: Result<String, Error> = client
-                .with_options(&opts(Some(server.clone())))
-                .ping(None)
-                .await;
-            if let Err(e) = pong {
-                failure.get_or_insert_with(|| self.reason_for(&e, Some(&server)));
+    /// thread must find its connections up). The error is why.
+    async fn probe(&self, clients: &Clients) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        let mut up = Ok(());
+        for client in clients.all() {
+            up = ping_with(clients, &client).await;
+            if up.is_err() {
+                break;
             }
         }
-        match failure {
-            None => Ok(()),
-            Some(reason) => {
-                let _ = tokio::time::timeout(PROBE_TIMEOUT, client.sync_cluster()).await;
-                Err(reason)
-            }
-        }
-    }
-
-    /// The connection error fred reported most recently, else `e` described.
-    fn reason_for(&self, e: &Error, server: Option<&Server>) -> String {
-        self.last_connection_error()
-            .unwrap_or_else(|| describe(e, server, &self.host))
-    }
-
-    fn last_connection_error(&self) -> Option<String> {
-        self.connection_error.lock().clone()
-    }
-
-    /// The primaries as fred last saw them (empty for a single node).
-    pub(super) fn primaries(&self) -> Vec<Server> {
-        self.client
-            .cached_cluster_state()
-            .map(|s| s.unique_primary_nodes())
-            .unwrap_or_default()
-    }
-
-    async fn load_scripts(&self) {
-        if let Err(e) = self
-            .client
-            .script_load_cluster::<(), _>(self.script.lua)
-            .await
-        {
-            tracing::warn!(error = %e, "loading the script failed; it loads on first use");
-        }
+        self.metrics
+            .store_duration(StoreOp::Probe, started.elapsed().as_secs_f64());
+        up
     }
 
     /// Any `maxmemory-policy` but `noeviction` lets Redis evict live counters (every tollgate
     /// key has a TTL, so the `volatile-*` policies pick them too): under-counting, so
     /// over-admission. Warned about, shown on `/readyz` and as a metric.
-    async fn check_eviction_policy(&self) {
-        let servers: Vec<Option<Server>> = if self.client.is_clustered() {
-            self.primaries().into_iter().map(Some).collect()
+    async fn check_eviction_policy(&self, clients: &Clients) {
+        let servers: Vec<Option<Server>> = if clients.clustered {
+            clients.primaries().into_iter().map(Some).collect()
         } else {
             vec![None]
         };
@@ -213,22 +184,21 @@ impl Inner {
                 ..Default::default()
             };
             // Managed Redis may forbid CONFIG: then nothing is known and nothing is said.
-            let reply: Result<Vec<String>, Error> = self
-                .client
+            let reply: Result<Vec<String>, Error> = clients
+                .main()
                 .with_options(&opts)
                 .config_get("maxmemory-policy")
                 .await;
             if let Ok(reply) = reply {
                 if let Some(policy) = reply.get(1).filter(|p| p.as_str() != "noeviction") {
-                    let host = server.map_or_else(|| self.host.clone(), |s| s.to_string());
+                    let host = server.map_or_else(|| clients.host.clone(), |s| s.to_string());
                     risky.push(format!(
                         "redis {host}: maxmemory-policy is {policy}, which can evict live counters (under-counting: over-admission); set noeviction"
                     ));
                 }
             }
         }
-        self.opts
-            .metrics
+        self.metrics
             .store_eviction_risk
             .set(i64::from(!risky.is_empty()));
         let warning = (!risky.is_empty()).then(|| risky.join("; "));
@@ -238,5 +208,62 @@ impl Inner {
             }
         }
         *self.eviction_warning.lock() = warning;
+    }
+}
+
+/// Pings every primary through `client`; re-syncs the topology when one does not answer.
+async fn ping_with(clients: &Clients, client: &Client) -> Result<(), String> {
+    let opts = |server: Option<Server>| Options {
+        timeout: Some(PROBE_TIMEOUT),
+        fail_fast: true,
+        max_attempts: Some(1),
+        cluster_node: server,
+        ..Default::default()
+    };
+    if !client.is_clustered() {
+        let pong: Result<String, Error> = client.with_options(&opts(None)).ping(None).await;
+        return pong.map(drop).map_err(|e| reason_for(clients, &e, None));
+    }
+    let primaries = clients.primaries();
+    if primaries.is_empty() {
+        let _ = tokio::time::timeout(PROBE_TIMEOUT, client.sync_cluster()).await;
+        return Err(last_connection_error(clients)
+            .unwrap_or_else(|| format!("redis {}: cluster topology unknown", clients.host)));
+    }
+    let mut failure = None;
+    for server in primaries {
+        let pong: Result<String, Error> = client
+            .with_options(&opts(Some(server.clone())))
+            .ping(None)
+            .await;
+        if let Err(e) = pong {
+            failure.get_or_insert_with(|| reason_for(clients, &e, Some(&server)));
+        }
+    }
+    match failure {
+        None => Ok(()),
+        Some(reason) => {
+            let _ = tokio::time::timeout(PROBE_TIMEOUT, client.sync_cluster()).await;
+            Err(reason)
+        }
+    }
+}
+
+/// The connection error fred reported most recently, else `e` described.
+fn reason_for(clients: &Clients, e: &Error, server: Option<&Server>) -> String {
+    last_connection_error(clients).unwrap_or_else(|| describe(e, server, &clients.host))
+}
+
+fn last_connection_error(clients: &Clients) -> Option<String> {
+    clients.connection_error.lock().clone()
+}
+
+async fn load_script(clients: &Clients, script: &Script) {
+    if let Err(e) = clients
+        .main()
+        .script_load_cluster::<(), _>(script.lua)
+        .await
+    {
+        tracing::warn!(error = %e, "loading the script failed; it loads on first use");
     }
 }

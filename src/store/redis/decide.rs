@@ -1,0 +1,349 @@
+//! Deciding one request in Redis: the decision [`protocol`](crate::store::protocol) driven
+//! over its [`placement`](crate::store::placement) groups, each group one script call (or,
+//! for leased shared limits, answered from this instance's leases), and the take-backs.
+//!
+//! The caller waits for its decision up to the deadline; past it, or on any Redis error, the
+//! caller applies the failure policy. A decision whose caller is gone (deadline, cancelled
+//! call) goes on as a task of its own ([`Detach`]), collects its late replies and takes back
+//! whatever landed, so a script that runs after its deadline leaves counters as if the
+//! request never happened.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use opentelemetry::context::FutureExt;
+use opentelemetry::KeyValue;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::local_cache::Lookup;
+use super::script::{self, args, parse_reply};
+use super::{lease, Inner, LATE_REPLY};
+use crate::decision::Verdict;
+use crate::metrics::StoreOp;
+use crate::plan::Plan;
+use crate::store::placement::{place, Group, Layout, Placed, Spec};
+use crate::store::protocol::{Mode, Next, Protocol, Undo};
+use crate::store::{ApplyMode, ChargeOutcome, StoreError};
+use crate::telemetry;
+
+/// One request's decision in Redis: what every script call of it shares.
+pub(super) struct Decision<'a> {
+    pub placed: &'a Placed<'static>,
+    /// The script's `now` (µs); `None`: the script reads Redis `TIME`.
+    pub now: Option<i64>,
+    /// TRYAGAIN / CLUSTERDOWN are retried until then.
+    pub retry_until: Instant,
+}
+
+/// A decision's answers, and what it left in Redis.
+pub(super) struct Decided {
+    pub outcomes: Vec<ChargeOutcome>,
+    /// What is left to take back if the caller gives up: per group, its undos and the `now`
+    /// it ran at.
+    pub leftovers: Vec<(usize, Vec<Undo>, i64)>,
+}
+
+/// A decision in progress that must not stop halfway: a script call it awaits may already
+/// have charged, and a batch it opened must still be sent. Dropped before it finished, it
+/// finishes as a task of its own (which then takes back what it charged, since nobody waits
+/// for the answer). The spawned task polls it at once, so every waker it waits on is then
+/// that task's.
+struct Detach<F: Future<Output = ()> + Send + 'static> {
+    decision: Option<Pin<Box<F>>>,
+    trace: Option<opentelemetry::Context>,
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Drop for Detach<F> {
+    fn drop(&mut self) {
+        let Some(decision) = self.decision.take() else {
+            return;
+        };
+        // Outside a runtime (it is shutting down) there is nothing left to finish it on.
+        let Ok(runtime) = Handle::try_current() else {
+            return;
+        };
+        match self.trace.take() {
+            Some(cx) => drop(runtime.spawn(decision.with_context(cx))),
+            None => drop(runtime.spawn(decision)),
+        }
+    }
+}
+
+impl Inner {
+    /// Decides `plan` on the caller's task, up to the deadline; past it the decision goes on
+    /// as a task of its own and the caller gets an error (see the module docs).
+    pub(super) async fn apply(
+        self: &Arc<Inner>,
+        plan: &Plan<'_>,
+        mode: ApplyMode,
+    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+        let inner = self;
+        let layout = if inner.clients.clustered {
+            Layout::ByTag
+        } else {
+            Layout::OneNode
+        };
+        let placed = place(plan, &inner.prefix, layout).into_owned();
+        let mut dry_first = false;
+        if !mode.count_rejected {
+            match inner.cache.lookup(&placed, inner.wall.now_us()) {
+                Lookup::AllExhausted(outcomes) => {
+                    inner.opts.metrics.local_cache_hits.inc();
+                    return Ok(outcomes);
+                }
+                Lookup::SomeExhausted => dry_first = true,
+                Lookup::Miss => {}
+            }
+        }
+        let deadline = Instant::now() + inner.opts.timeout;
+        let (tx, rx) = oneshot::channel();
+        let task = inner.clone();
+        let decision = async move {
+            match task.decide(&placed, mode, dry_first, deadline).await {
+                Ok(decided) => {
+                    task.cache
+                        .remember(&placed, &decided.outcomes, task.wall.now_us());
+                    if let Err(Ok(decided)) = tx.send(Ok(decided)) {
+                        // The caller gave up: nothing of this request may stay.
+                        task.take_back(&placed, decided.leftovers).await;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        };
+        // Decided on the caller's task; if the caller stops waiting (the deadline passed, or
+        // the request was cancelled), the rest runs on as a task of its own.
+        let mut decision = Detach {
+            decision: Some(Box::pin(decision)),
+            trace: telemetry::enabled().then(opentelemetry::Context::current),
+        };
+        let running = decision.decision.as_mut().expect("not detached yet");
+        match tokio::time::timeout_at(deadline, running).await {
+            Ok(()) => {
+                decision.decision = None;
+                match rx.await {
+                    Ok(result) => result.map(|d| d.outcomes),
+                    Err(_) => Err(StoreError("redis decision failed".into())),
+                }
+            }
+            Err(_) => Err(StoreError(format!(
+                "redis did not answer within {:?}",
+                inner.opts.timeout
+            ))),
+        }
+    }
+
+    /// Runs one group: by its script, or, for a group of leased shared limits, from this
+    /// instance's leases where they cover it ([`lease`]).
+    async fn run(
+        &self,
+        call: &Decision<'_>,
+        gi: usize,
+        mode: Mode,
+        undo: &[Undo],
+    ) -> Result<script::Reply, StoreError> {
+        let placed = call.placed;
+        let g = &placed.groups[gi];
+        if g.shared && lease::leased(g, &placed.specs) {
+            // Boxed: only leased groups pay for this path's future.
+            return Box::pin(self.run_leased(call, g, mode, undo)).await;
+        }
+        self.run_script(call, g, &placed.specs, mode, undo).await
+    }
+
+    /// Runs a group's script (`g`'s charges index `specs`).
+    pub(super) async fn run_script(
+        &self,
+        call: &Decision<'_>,
+        g: &Group,
+        specs: &[Spec<'_>],
+        mode: Mode,
+        undo: &[Undo],
+    ) -> Result<script::Reply, StoreError> {
+        let quota = call.placed.quota_descriptors;
+        let span = telemetry::child(
+            "redis EVALSHA",
+            vec![
+                KeyValue::new("db.system", "redis"),
+                KeyValue::new("tollgate.keys", g.keys.len() as i64),
+                KeyValue::new("tollgate.charges", g.charges.len() as i64),
+                KeyValue::new("tollgate.mode", mode.name()),
+            ],
+        );
+        let started = std::time::Instant::now();
+        let reply = self
+            .script_call(call.retry_until, || {
+                args(g, specs, call.now, mode, quota, undo)
+            })
+            .await;
+        let op = if mode == Mode::TakeBack {
+            self.opts.metrics.refunds.inc();
+            StoreOp::TakeBack
+        } else {
+            StoreOp::Decide
+        };
+        self.opts
+            .metrics
+            .store_duration(op, started.elapsed().as_secs_f64());
+        let parsed = reply.and_then(|r| parse_reply(g, &r));
+        telemetry::end(span, || match &parsed {
+            Ok(r) => {
+                let denied = r.answer.iter().filter(|(o, _)| !o.allowed).count();
+                let landed = r.answer.iter().filter(|(_, l)| l.added > 0).count();
+                vec![
+                    KeyValue::new("tollgate.denied", denied as i64),
+                    KeyValue::new("tollgate.landed", landed as i64),
+                ]
+            }
+            Err(e) => vec![KeyValue::new("error.type", e.to_string())],
+        });
+        parsed
+    }
+
+    /// Decides the request by the protocol. On an error, takes back what landed and reports
+    /// the error.
+    async fn decide(
+        &self,
+        placed: &Placed<'static>,
+        mode: ApplyMode,
+        dry_first: bool,
+        deadline: Instant,
+    ) -> Result<Decided, StoreError> {
+        let call = Decision {
+            placed,
+            now: self.now_arg(),
+            retry_until: deadline,
+        };
+        if self.opts.read_replicas
+            && !mode.count_rejected
+            && placed.specs.iter().all(|s| s.cost == 0)
+        {
+            // Charges nothing: a dry run on replicas answers it (a replica that fails sends
+            // it back to the primaries, below).
+            if let Some(decided) = Box::pin(self.ask_replicas(&call)).await {
+                return Ok(decided);
+            }
+        }
+        if dry_first {
+            // A limit is known exhausted: evaluate everything without charging, and answer
+            // from that unless the cache was stale.
+            let mut protocol = Protocol::new(placed, mode.count_rejected);
+            let groups = 0..placed.groups.len();
+            let replies = join_all(groups.map(|gi| self.run(&call, gi, Mode::DryRun, &[]))).await;
+            for (gi, reply) in replies.into_iter().enumerate() {
+                protocol.record(gi, reply?.answer);
+            }
+            if protocol.verdict() == Verdict::Deny {
+                return Ok(Decided {
+                    outcomes: protocol.into_outcomes(),
+                    leftovers: Vec::new(),
+                });
+            }
+        }
+        let mut protocol = Protocol::new(placed, mode.count_rejected);
+        // The `now` each group ran at: a take-back answers at the same time.
+        let mut group_now: Vec<i64> = vec![0; placed.groups.len()];
+        loop {
+            let (runs, undos) = match protocol.step() {
+                Next::Run(runs) => (runs, Vec::new()),
+                Next::TakeBack(undos) => (Vec::new(), undos),
+                Next::Done => break,
+            };
+            let replies = if let [(gi, m)] = runs[..] {
+                // One group (the common case): no join, which would move its future.
+                vec![self.run(&call, gi, m, &[]).await]
+            } else if undos.is_empty() {
+                join_all(
+                    runs.iter()
+                        .map(|&(gi, m)| Box::pin(self.run(&call, gi, m, &[]))),
+                )
+                .await
+            } else {
+                join_all(
+                    undos
+                        .iter()
+                        .map(|(gi, undo)| self.take_back_group(placed, *gi, undo, group_now[*gi])),
+                )
+                .await
+            };
+            let groups = runs
+                .iter()
+                .map(|&(gi, _)| gi)
+                .chain(undos.iter().map(|(gi, _)| *gi));
+            let mut failure = None;
+            for (gi, reply) in groups.zip(replies) {
+                match reply {
+                    Ok(r) => {
+                        group_now[gi] = r.now;
+                        protocol.record(gi, r.answer);
+                    }
+                    Err(e) if undos.is_empty() => failure = Some(e),
+                    // Logged by take_back_group; the charge stays until its window passes.
+                    Err(_) => protocol.abandon(gi),
+                }
+            }
+            if let Some(e) = failure {
+                let leftovers = with_now(protocol.undos(None), &group_now);
+                self.take_back(placed, leftovers).await;
+                return Err(e);
+            }
+        }
+        let leftovers = with_now(protocol.undos(None), &group_now);
+        Ok(Decided {
+            outcomes: protocol.into_outcomes(),
+            leftovers,
+        })
+    }
+
+    /// Takes back `leftovers` (per group, concurrently), ignoring the answers. A failure only
+    /// logs: those charges then stay until their window passes (under-admitting, never
+    /// over-admitting).
+    pub(super) async fn take_back(
+        &self,
+        placed: &Placed<'static>,
+        leftovers: Vec<(usize, Vec<Undo>, i64)>,
+    ) {
+        let calls = leftovers
+            .iter()
+            .map(|(gi, undo, now)| self.take_back_group(placed, *gi, undo, *now));
+        join_all(calls).await;
+    }
+
+    /// Takes back group `gi`'s landed charges (`undo`), answering at `now`, the time the
+    /// group ran at. A failure is logged here: the charge stays until its window passes.
+    async fn take_back_group(
+        &self,
+        placed: &Placed<'static>,
+        gi: usize,
+        undo: &[Undo],
+        now: i64,
+    ) -> Result<script::Reply, StoreError> {
+        let call = Decision {
+            placed,
+            now: Some(now),
+            retry_until: Instant::now() + LATE_REPLY,
+        };
+        let reply = self.run(&call, gi, Mode::TakeBack, undo).await;
+        if let Err(e) = &reply {
+            tracing::warn!(
+                error = %e,
+                "taking back a charge failed: it stays until its window passes"
+            );
+        }
+        reply
+    }
+}
+
+/// Attaches each group's `now` to its undos.
+fn with_now(undos: Vec<(usize, Vec<Undo>)>, group_now: &[i64]) -> Vec<(usize, Vec<Undo>, i64)> {
+    undos
+        .into_iter()
+        .map(|(gi, undo)| (gi, undo, group_now[gi]))
+        .collect()
+}

@@ -1,0 +1,54 @@
+//! Replica reads (`--read-replicas`, Redis Cluster): a request that charges nothing (every
+//! cost 0) is answered by a dry run of every group on a replica of its primary; any failure
+//! there sends the request through the protocol on the primaries.
+
+use futures::future::join_all;
+
+use super::client::call_options;
+use super::decide::{Decided, Decision};
+use super::script::{self, args, parse_reply, unpack};
+use super::Inner;
+use crate::metrics::StoreOp;
+use crate::store::protocol::{Mode, Protocol};
+
+impl Inner {
+    /// Answers a request that charges nothing from replicas: every group a dry run. `None`
+    /// when a replica could not answer (the caller asks the primaries).
+    pub(super) async fn ask_replicas(&self, call: &Decision<'_>) -> Option<Decided> {
+        let placed = call.placed;
+        let quota = placed.quota_descriptors;
+        let client = self.clients.for_call();
+        let options = call_options();
+        let replies = join_all(placed.groups.iter().map(|g| {
+            let (client, options) = (&client, &options);
+            async move {
+                let (keys, arg) = args(g, &placed.specs, call.now, Mode::DryRun, quota, &[]);
+                let started = std::time::Instant::now();
+                let reply =
+                    script::eval_replica(client, options, &self.script, keys, vec![arg]).await;
+                self.opts
+                    .metrics
+                    .store_duration(StoreOp::Decide, started.elapsed().as_secs_f64());
+                reply
+                    .and_then(|r| unpack(&r))
+                    .and_then(|r| parse_reply(g, &r))
+            }
+        }))
+        .await;
+        let mut protocol = Protocol::new(placed, false);
+        for (gi, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(r) => protocol.record(gi, r.answer),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a replica could not answer; asking the primaries");
+                    return None;
+                }
+            }
+        }
+        self.opts.metrics.replica_reads.inc();
+        Some(Decided {
+            outcomes: protocol.into_outcomes(),
+            leftovers: Vec::new(),
+        })
+    }
+}
