@@ -74,7 +74,7 @@ async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
     } else {
         let reason = store
             .reason()
-            .unwrap_or_else(|| "shutting down".to_string());
+            .map_or_else(|| "shutting down".to_string(), |r| r.to_string());
         (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("NOT READY: {reason}\n"),

@@ -147,6 +147,8 @@ struct ResultLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     policy: String,
+    /// timeout, connection, script or not_run (`StoreError`'s cause).
+    cause: String,
 }
 
 /// One domain's request counters, by [`RequestCode`], and its limits.
@@ -301,7 +303,7 @@ impl Metrics {
         let store_failures = Family::<PolicyLabels, Counter>::default();
         registry.register(
             "tollgate_store_failures",
-            "Requests the store could not decide, by the failure policy that answered",
+            "Requests the store could not decide, by the failure policy that answered and the cause (timeout, connection, script, not_run)",
             store_failures.clone(),
         );
         let refunds = Counter::default();
@@ -334,11 +336,14 @@ impl Metrics {
             "Requests that charged nothing, answered from Redis replicas (--read-replicas)",
             replica_reads.clone(),
         );
-        // Every policy and reload result shows from the start, at 0.
+        // Every policy, cause and reload result shows from the start, at 0.
         for policy in ["error", "allow", "deny", "local"] {
-            drop(store_failures.get_or_create(&PolicyLabels {
-                policy: policy.into(),
-            }));
+            for cause in ["timeout", "connection", "script", "not_run"] {
+                drop(store_failures.get_or_create(&PolicyLabels {
+                    policy: policy.into(),
+                    cause: cause.into(),
+                }));
+            }
         }
         for result in ["success", "failure"] {
             drop(config_reloads.get_or_create(&ResultLabels {
@@ -438,10 +443,11 @@ impl Metrics {
     }
 
     /// A request the failure policy `policy` answered.
-    pub fn store_failure(&self, policy: &str) {
+    pub fn store_failure(&self, policy: &str, cause: &str) {
         self.store_failures
             .get_or_create(&PolicyLabels {
                 policy: policy.into(),
+                cause: cause.into(),
             })
             .inc();
     }

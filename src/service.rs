@@ -27,8 +27,9 @@ use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::{plan, Charge, Plan, Role};
 use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
+use crate::store::error::Cause;
 use crate::store::memory::MemoryStore;
-use crate::store::{ApplyMode, ChargeOutcome, Store};
+use crate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
 use crate::telemetry;
 use crate::validate::{validate, Bounds};
 
@@ -186,12 +187,14 @@ impl<S: Store> RateLimiter<S> {
             Vec::new()
         } else if self.fallback.is_some() && !self.store.is_ready() {
             // The local fallback answers at once while the store is known to be down.
-            let reason = self.store.reason().unwrap_or_default();
+            let reason = self.store.reason().unwrap_or_else(|| {
+                StoreError::new(self.store.name(), Cause::NotRun("not ready".into()))
+            });
             return self.on_store_failure(req, &plan, domain, reason).await;
         } else {
             match self.store.apply(&plan, mode).await {
                 Ok(o) => o,
-                Err(e) => return self.on_store_failure(req, &plan, domain, e.0).await,
+                Err(e) => return self.on_store_failure(req, &plan, domain, e).await,
             }
         };
         let decision = assemble(&plan, &outcomes, self.settings.global_shadow);
@@ -228,19 +231,28 @@ impl<S: Store> RateLimiter<S> {
         req: &RateLimitRequest,
         plan: &Plan<'_>,
         domain: &DomainMetrics,
-        error: String,
+        error: StoreError,
     ) -> Result<RateLimitResponse, CallError> {
         let policy = self.settings.failure_mode;
+        let cause = error.cause.kind();
         if let Some(suppressed) = log_throttle::due("store_failed") {
-            tracing::warn!(%error, policy = policy.name(), suppressed, "store failed");
+            tracing::warn!(%error, cause, policy = policy.name(), suppressed, "store failed");
         }
-        self.metrics.store_failure(policy.name());
+        self.metrics.store_failure(policy.name(), cause);
+        telemetry::annotate(|| {
+            vec![
+                KeyValue::new("error.type", cause),
+                KeyValue::new("tollgate.store_failure", error.to_string()),
+            ]
+        });
         let allow = match policy {
             FailureMode::Error => {
                 self.metrics.request(domain, RequestCode::Unavailable);
                 let why = match self.store.reason() {
-                    Some(reason) => format!("{error} ({reason})"),
-                    None => error,
+                    Some(reason) if reason.to_string() != error.to_string() => {
+                        format!("{error} ({reason})")
+                    }
+                    _ => error.to_string(),
                 };
                 return Err(CallError::Unavailable(format!(
                     "rate limit store unavailable: {why}"
@@ -276,7 +288,7 @@ impl<S: Store> RateLimiter<S> {
             Some(store) => store
                 .apply(&local, mode)
                 .await
-                .map_err(|e| CallError::Unavailable(e.0))?,
+                .map_err(|e| CallError::Unavailable(e.to_string()))?,
             None => return Err(CallError::Unavailable("no local fallback".into())),
         };
         let decision = assemble(&local, &outcomes, self.settings.global_shadow);

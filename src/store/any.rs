@@ -72,7 +72,7 @@ pub trait DynStore: Send + Sync + 'static {
     ) -> Boxed<'a, Result<Vec<ChargeOutcome>, StoreError>>;
     fn name(&self) -> &'static str;
     fn is_ready(&self) -> bool;
-    fn reason(&self) -> Option<String>;
+    fn reason(&self) -> Option<StoreError>;
     fn warning(&self) -> Option<String>;
     fn maintain_boxed(&self) -> Boxed<'_, ()>;
     fn close_boxed(&self) -> Boxed<'_, ()>;
@@ -93,7 +93,7 @@ impl<S: Store> DynStore for S {
     fn is_ready(&self) -> bool {
         Store::is_ready(self)
     }
-    fn reason(&self) -> Option<String> {
+    fn reason(&self) -> Option<StoreError> {
         Store::reason(self)
     }
     fn warning(&self) -> Option<String> {
@@ -139,7 +139,7 @@ impl Store for AnyStore {
         }
     }
 
-    fn reason(&self) -> Option<String> {
+    fn reason(&self) -> Option<StoreError> {
         match self {
             AnyStore::Memory(s) => Store::reason(&**s),
             AnyStore::Redis(s) => Store::reason(&**s),

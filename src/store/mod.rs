@@ -2,6 +2,7 @@
 //! [`crate::algorithm::batch`]) and answers a [`ChargeOutcome`] per charge.
 
 mod any;
+pub mod error;
 pub mod memory;
 pub mod placement;
 pub mod protocol;
@@ -13,10 +14,7 @@ pub use crate::decision::ChargeOutcome;
 use crate::plan::Plan;
 pub use any::{AnyStore, DynStore};
 
-/// Why a store could not decide. Maps to the configured failure policy.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct StoreError(pub String);
+pub use error::StoreError;
 
 /// How a batch is charged.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,8 +40,8 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
-    /// Why the store is not ready, for people (`redis 127.0.0.1:6390: connection refused`).
-    fn reason(&self) -> Option<String> {
+    /// Why the store is not ready (`redis 127.0.0.1:6390: connection refused`).
+    fn reason(&self) -> Option<StoreError> {
         None
     }
 

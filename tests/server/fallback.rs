@@ -8,10 +8,12 @@ use std::time::Duration;
 use prost_types::value::Kind;
 use tokio::time::Instant;
 use tollgate::clock::SystemClock;
+use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::RateLimitResponse;
 use tollgate::settings::{FailureMode, Settings};
 use tollgate::store::redis::{ClockSource, RedisStore};
 
+use crate::support::binary::{Binary, Start, BIN};
 use crate::support::kit::RedisSetup;
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
@@ -113,9 +115,8 @@ async fn a_paused_redis_is_stood_in_for_by_a_shared_out_local_limiter() {
     assert_eq!(codes, [OK, OK, OK, OK, OK, OVER_LIMIT]);
     let metrics = metrics(&server).await;
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("tollgate_store_failures_total{policy=\"local\"} 6")),
+        metrics.lines().any(|l| l
+            .starts_with("tollgate_store_failures_total{policy=\"local\",cause=\"timeout\"} 6")),
         "{metrics}"
     );
     // A limit of 0 (deny everything) stays 0 when shared out.
@@ -163,4 +164,81 @@ async fn the_local_stand_in_holds_at_most_max_store_bytes() {
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     server.stop().await;
+}
+
+/// With nothing listening on Redis's port, every place that says why names the same cause:
+/// `/readyz`, the failure policy's log line and the metric's `cause` label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_redis_is_named_refused_everywhere() {
+    let config = TempConfig::new(CONFIG);
+    let closed = free_port();
+    let (grpc, http) = (free_port(), free_port());
+    let log = config.dir.join("tollgate.log");
+    let binary = Binary::start(Start {
+        program: std::path::Path::new(BIN),
+        args: [
+            "serve",
+            "--config",
+            &config.path().to_string_lossy(),
+            "--redis-url",
+            &format!("redis://127.0.0.1:{closed}"),
+            "--failure-mode",
+            "allow",
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-addr",
+            &format!("127.0.0.1:{http}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        env: Vec::new(),
+        clear_env: true,
+        grpc_port: grpc,
+        http_port: http,
+        log_path: Some(log),
+    })
+    .await;
+    let refused = format!("redis 127.0.0.1:{closed}: connection refused");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = http_client()
+            .get(format!("{}/readyz", binary.http_url))
+            .send()
+            .await
+            .expect("/readyz")
+            .text()
+            .await
+            .expect("body");
+        if body.contains(&refused) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "/readyz says {body:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = RateLimitServiceClient::new(
+        channel(format!("127.0.0.1:{grpc}").parse().expect("addr")).await,
+    );
+    let resp = call(&mut client, req("f", &[&[("a", "x")]])).await;
+    assert_eq!(resp.overall_code, OK, "--failure-mode allow answers");
+    let text = http_client()
+        .get(format!("{}/metrics", binary.http_url))
+        .send()
+        .await
+        .expect("/metrics")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        text.lines()
+            .any(|l| l == "tollgate_store_failures_total{policy=\"allow\",cause=\"connection\"} 1"),
+        "{text}"
+    );
+    let logged = binary.log();
+    let line = logged
+        .lines()
+        .find(|l| l.contains("store failed"))
+        .unwrap_or_else(|| panic!("no store failure logged:\n{logged}"));
+    assert!(line.contains(&refused), "{line}");
+    assert!(line.contains("cause=\"connection\""), "{line}");
 }

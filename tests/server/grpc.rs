@@ -17,6 +17,7 @@ use tollgate::pb::rls::RateLimitResponse;
 use tollgate::plan::Plan;
 use tollgate::server::HEALTH_SERVICES;
 use tollgate::settings::{FailureMode, HeaderNames, Settings};
+use tollgate::store::error::{Cause, Connection};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
 use tollgate::validate::Bounds;
@@ -145,7 +146,7 @@ impl Store for GatedStore {
             .gate
             .acquire()
             .await
-            .map_err(|e| StoreError(e.to_string()))?;
+            .map_err(|e| StoreError::new("test", Cause::Script(e.to_string())))?;
         self.inner.apply(plan, mode).await
     }
 }
@@ -595,7 +596,10 @@ impl Store for DownStore {
     }
 
     async fn apply(&self, _: &Plan<'_>, _: ApplyMode) -> Result<Vec<ChargeOutcome>, StoreError> {
-        Err(StoreError("connection refused".into()))
+        Err(StoreError::new(
+            "redis 127.0.0.1:1",
+            Cause::Connection(Connection::Refused),
+        ))
     }
 }
 

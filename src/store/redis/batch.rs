@@ -28,8 +28,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::client::call_options;
-use super::script::{eval, unpack, EvalError};
+use super::error::SOMEWHERE;
+use super::script::{eval, unpack, unreadable, EvalError};
 use super::Inner;
+use crate::store::error::Cause;
 use crate::store::StoreError;
 
 /// A batch is closed to more calls once it holds this many.
@@ -128,7 +130,7 @@ pub fn answer(calls: Vec<Queued>, reply: Result<Vec<Value>, StoreError>) {
     let replies = match reply {
         Ok(r) if r.len() == calls.len() => r,
         Ok(r) => {
-            let e = StoreError(format!(
+            let e = unreadable(format!(
                 "unexpected batch reply: {} replies for {} calls",
                 r.len(),
                 calls.len()
@@ -185,9 +187,12 @@ impl Inner {
             tokio::task::yield_now().await;
             Box::pin(self.send_batch(opened)).await;
         }
-        reply
-            .await
-            .unwrap_or_else(|_| Err(StoreError("redis batch dropped before it was sent".into())))
+        reply.await.unwrap_or_else(|_| {
+            Err(StoreError::new(
+                SOMEWHERE,
+                Cause::NotRun("the batch was dropped before it was sent".into()),
+            ))
+        })
     }
 
     /// Sends a batch of script calls once the calls ready on this thread have joined it.
@@ -298,10 +303,10 @@ mod tests {
             packed(&[3]),
         ];
         answer(vec![a, b, c], Ok(replies));
-        assert_eq!(ra.try_recv().unwrap(), Ok(vec![1, -1]));
+        assert_eq!(ra.try_recv().unwrap().ok(), Some(vec![1, -1]));
         let e = rb.try_recv().unwrap().unwrap_err();
-        assert!(e.0.contains("WRONGTYPE"), "{e}");
-        assert_eq!(rc.try_recv().unwrap(), Ok(vec![3]));
+        assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+        assert_eq!(rc.try_recv().unwrap().ok(), Some(vec![3]));
     }
 
     #[test]

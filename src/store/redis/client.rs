@@ -18,7 +18,10 @@ use fred::types::config::{
 };
 use parking_lot::Mutex;
 
-use super::{health, tls, url, RedisOptions, LATE_REPLY};
+use super::error::{classify, SOMEWHERE};
+use super::{tls, url, RedisOptions, LATE_REPLY};
+use crate::store::error::Cause;
+use crate::store::StoreError;
 
 /// How long a serving thread that stops waits to say QUIT on its connections.
 const QUIT_WAIT: Duration = Duration::from_millis(500);
@@ -61,8 +64,8 @@ pub struct Clients {
     pub clustered: bool,
     /// The URL's first host, for messages (never the password).
     pub host: String,
-    /// The last connection error fred reported, described (cleared once Redis answers).
-    pub connection_error: Arc<Mutex<Option<String>>>,
+    /// The last connection error fred reported (cleared once Redis answers).
+    pub connection_error: Arc<Mutex<Option<StoreError>>>,
 }
 
 impl Clients {
@@ -148,7 +151,7 @@ impl Clients {
         let (seen, fallback) = (connection_error.clone(), host.clone());
         tokio::spawn(async move {
             while let Ok((e, server)) = errors.recv().await {
-                *seen.lock() = Some(health::describe(&e, server.as_ref(), &fallback));
+                *seen.lock() = Some(classify(&e, server.as_ref(), &fallback));
             }
         });
         Ok(Clients {
@@ -186,6 +189,23 @@ impl Clients {
         let mut all = vec![self.main.clone()];
         all.extend(self.threads.lock().iter().cloned());
         all
+    }
+
+    /// `e` as people should read it: placed at the URL's host when no node was named, and,
+    /// for a call that timed out or lost its connection while fred reports a connection
+    /// error (not cleared since Redis last answered), that error: a call on a connection
+    /// that cannot be made waits for it until the deadline, or fails as "closed", while the
+    /// cause is "refused".
+    pub fn explain(&self, e: StoreError) -> StoreError {
+        if e.is_connection() || matches!(e.cause, Cause::Timeout(_)) {
+            if let Some(known) = self.connection_error.lock().clone() {
+                return known;
+            }
+        }
+        if e.place == SOMEWHERE {
+            return e.at(format!("redis {}", self.host));
+        }
+        e
     }
 
     /// The primaries as fred last saw them (empty for a single node).

@@ -19,12 +19,14 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::error::SOMEWHERE;
 use super::local_cache::Lookup;
 use super::script::{self, args, parse_reply};
 use super::{lease, Inner, LATE_REPLY};
 use crate::decision::Verdict;
 use crate::metrics::StoreOp;
 use crate::plan::Plan;
+use crate::store::error::Cause;
 use crate::store::placement::{place, Group, Layout, Placed, Spec};
 use crate::store::protocol::{Mode, Next, Protocol, Undo};
 use crate::store::{ApplyMode, ChargeOutcome, StoreError};
@@ -124,19 +126,23 @@ impl Inner {
             trace: telemetry::enabled().then(opentelemetry::Context::current),
         };
         let running = decision.decision.as_mut().expect("not detached yet");
-        match tokio::time::timeout_at(deadline, running).await {
+        let result = match tokio::time::timeout_at(deadline, running).await {
             Ok(()) => {
                 decision.decision = None;
                 match rx.await {
                     Ok(result) => result.map(|d| d.outcomes),
-                    Err(_) => Err(StoreError("redis decision failed".into())),
+                    Err(_) => Err(StoreError::new(
+                        SOMEWHERE,
+                        Cause::NotRun("the decision was dropped".into()),
+                    )),
                 }
             }
-            Err(_) => Err(StoreError(format!(
-                "redis did not answer within {:?}",
-                inner.opts.timeout
-            ))),
-        }
+            Err(_) => Err(StoreError::new(
+                SOMEWHERE,
+                Cause::Timeout(Some(inner.opts.timeout)),
+            )),
+        };
+        result.map_err(|e| inner.clients.explain(e))
     }
 
     /// Runs one group: by its script, or, for a group of leased shared limits, from this
@@ -201,7 +207,10 @@ impl Inner {
                     KeyValue::new("tollgate.landed", landed as i64),
                 ]
             }
-            Err(e) => vec![KeyValue::new("error.type", e.to_string())],
+            Err(e) => vec![
+                KeyValue::new("error.type", e.cause.kind()),
+                KeyValue::new("tollgate.store_failure", e.to_string()),
+            ],
         });
         parsed
     }

@@ -4,9 +4,9 @@
 //! policy checked. The server's upkeep task calls `upkeep` (through `Store::maintain`) about
 //! twice a second.
 //!
-//! When Redis is not reachable the store keeps a short reason a person can act on
-//! (`redis 127.0.0.1:6390: connection refused`), shown on `/readyz`, in logs and in the gRPC
-//! error of a call the failure policy answered.
+//! When Redis is not reachable the store keeps why ([`StoreError`]: `redis 127.0.0.1:6390:
+//! connection refused`), shown on `/readyz`, in logs and in the gRPC error of a call the
+//! failure policy answered.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,9 +17,12 @@ use fred::types::config::Options;
 use parking_lot::Mutex;
 
 use super::client::Clients;
+use super::error::classify;
 use super::script::Script;
 use crate::log_throttle;
 use crate::metrics::{Metrics, StoreOp};
+use crate::store::error::Cause;
+use crate::store::StoreError;
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;
@@ -30,45 +33,12 @@ const EVICTION_EVERY_TICKS: u64 = 120;
 /// How long one health ping may take.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// A short, actionable description of a Redis error.
-pub fn describe(e: &Error, server: Option<&Server>, fallback_host: &str) -> String {
-    let host = server.map_or_else(
-        || fallback_host.to_string(),
-        |s| format!("{}:{}", s.host, s.port),
-    );
-    let details = e.details().to_ascii_lowercase();
-    let cause = match e.kind() {
-        _ if details.contains("connection refused") => "connection refused".to_string(),
-        _ if details.contains("lookup") || details.contains("name or service not known") => {
-            "DNS lookup failed".to_string()
-        }
-        _ if details.contains("wrongpass")
-            || details.contains("noauth")
-            || details.contains("invalid username-password") =>
-        {
-            "authentication failed".to_string()
-        }
-        ErrorKind::Auth => "authentication failed".to_string(),
-        ErrorKind::Tls => format!("TLS failed: {}", e.details()),
-        _ if details.contains("certificate") || details.contains("tls") => {
-            format!("TLS failed: {}", e.details())
-        }
-        ErrorKind::Timeout => "timed out".to_string(),
-        _ if details.contains("clusterdown") => "cluster not ready".to_string(),
-        _ if details.contains("timed out") || details.contains("timeout") => {
-            "timed out".to_string()
-        }
-        _ => e.details().to_string(),
-    };
-    format!("redis {host}: {cause}")
-}
-
 /// The store's health as upkeep last found it. Upkeep sees the store only through its
 /// clients and its script.
 pub struct Health {
     ready: AtomicBool,
     /// Why the store is not ready, when it is not.
-    reason: Mutex<Option<String>>,
+    reason: Mutex<Option<StoreError>>,
     /// A risk worth showing while ready (an evicting `maxmemory-policy`).
     eviction_warning: Mutex<Option<String>>,
     /// Upkeep rounds so far (`maintain` runs about twice a second).
@@ -82,7 +52,10 @@ impl Health {
     pub fn new(metrics: Arc<Metrics>, read_replicas: bool) -> Health {
         Health {
             ready: AtomicBool::new(false),
-            reason: Mutex::new(Some("connecting to redis".into())),
+            reason: Mutex::new(Some(StoreError::new(
+                "redis",
+                Cause::NotRun("connecting".into()),
+            ))),
             eviction_warning: Mutex::new(None),
             ticks: AtomicU64::new(0),
             metrics,
@@ -94,7 +67,7 @@ impl Health {
         self.ready.load(Ordering::Relaxed)
     }
 
-    pub fn reason(&self) -> Option<String> {
+    pub fn reason(&self) -> Option<StoreError> {
         self.reason.lock().clone()
     }
 
@@ -153,7 +126,7 @@ impl Health {
 
     /// Pings every primary through every client (the serving threads' too: a call on any
     /// thread must find its connections up). The error is why.
-    async fn probe(&self, clients: &Clients) -> Result<(), String> {
+    async fn probe(&self, clients: &Clients) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         let mut up = Ok(());
         for client in clients.all() {
@@ -212,7 +185,7 @@ impl Health {
 }
 
 /// Pings every primary through `client`; re-syncs the topology when one does not answer.
-async fn ping_with(clients: &Clients, client: &Client) -> Result<(), String> {
+async fn ping_with(clients: &Clients, client: &Client) -> Result<(), StoreError> {
     let opts = |server: Option<Server>| Options {
         timeout: Some(PROBE_TIMEOUT),
         fail_fast: true,
@@ -227,8 +200,12 @@ async fn ping_with(clients: &Clients, client: &Client) -> Result<(), String> {
     let primaries = clients.primaries();
     if primaries.is_empty() {
         let _ = tokio::time::timeout(PROBE_TIMEOUT, client.sync_cluster()).await;
-        return Err(last_connection_error(clients)
-            .unwrap_or_else(|| format!("redis {}: cluster topology unknown", clients.host)));
+        return Err(last_connection_error(clients).unwrap_or_else(|| {
+            StoreError::new(
+                format!("redis {}", clients.host),
+                Cause::NotRun("cluster topology unknown".into()),
+            )
+        }));
     }
     let mut failure = None;
     for server in primaries {
@@ -249,12 +226,12 @@ async fn ping_with(clients: &Clients, client: &Client) -> Result<(), String> {
     }
 }
 
-/// The connection error fred reported most recently, else `e` described.
-fn reason_for(clients: &Clients, e: &Error, server: Option<&Server>) -> String {
-    last_connection_error(clients).unwrap_or_else(|| describe(e, server, &clients.host))
+/// The connection error fred reported most recently, else `e` classified.
+fn reason_for(clients: &Clients, e: &Error, server: Option<&Server>) -> StoreError {
+    last_connection_error(clients).unwrap_or_else(|| classify(e, server, &clients.host))
 }
 
-fn last_connection_error(clients: &Clients) -> Option<String> {
+fn last_connection_error(clients: &Clients) -> Option<StoreError> {
     clients.connection_error.lock().clone()
 }
 

@@ -19,6 +19,7 @@
 mod batch;
 mod client;
 mod decide;
+mod error;
 mod health;
 mod lease;
 mod local_cache;
@@ -124,7 +125,7 @@ impl Store for RedisStore {
         self.inner.health.is_ready()
     }
 
-    fn reason(&self) -> Option<String> {
+    fn reason(&self) -> Option<StoreError> {
         self.inner.health.reason()
     }
 

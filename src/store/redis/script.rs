@@ -11,11 +11,13 @@ use fred::types::config::Options;
 use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
+use super::error::{classify, SOMEWHERE};
 use super::migration::{self, Migrations};
 use crate::algorithm::Landing;
 use crate::decision::ChargeOutcome;
 use crate::limit::Algorithm;
 use crate::plan::Role;
+use crate::store::error::Cause;
 use crate::store::placement::{Group, Spec};
 use crate::store::protocol::{GroupAnswer, Mode, Undo};
 use crate::store::StoreError;
@@ -98,9 +100,7 @@ pub async fn eval<R: FromValue>(
                     }
                     None => client.script_load_cluster::<(), _>(script.lua).await,
                 };
-                load.map_err(|e| {
-                    EvalError::Failed(StoreError(format!("script load failed: {e}")))
-                })?;
+                load.map_err(|e| EvalError::Failed(classify(&e, None, SOMEWHERE)))?;
             }
             Err(e)
                 if (e.details().starts_with("TRYAGAIN")
@@ -130,7 +130,7 @@ pub async fn eval<R: FromValue>(
                 let not_run = e.details().starts_with("TRYAGAIN")
                     || e.details().starts_with("CLUSTERDOWN")
                     || migration::redirected(&e);
-                let e = StoreError(format!("redis: {e}"));
+                let e = classify(&e, None, SOMEWHERE);
                 return Err(if not_run {
                     EvalError::NotRun(e)
                 } else {
@@ -172,9 +172,9 @@ pub async fn eval_replica(
             replicas
                 .evalsha(&script.sha, keys, args)
                 .await
-                .map_err(|e| StoreError(format!("redis replica: {e}")))
+                .map_err(|e| classify(&e, None, SOMEWHERE))
         }
-        other => other.map_err(|e| StoreError(format!("redis replica: {e}"))),
+        other => other.map_err(|e| classify(&e, None, SOMEWHERE)),
     }
 }
 
@@ -262,11 +262,10 @@ pub fn unpack(reply: &Value) -> Result<Vec<i64>, StoreError> {
             .chunks_exact(8)
             .map(|d| f64::from_le_bytes(d.try_into().expect("8 bytes")) as i64)
             .collect()),
-        Some(_) if !matches!(reply, Value::Bytes(_)) => Err(StoreError(format!(
-            "redis: {}",
-            reply.as_str().unwrap_or_default()
-        ))),
-        _ => Err(StoreError(format!("unexpected script reply {reply:?}"))),
+        Some(_) if !matches!(reply, Value::Bytes(_)) => {
+            Err(unreadable(reply.as_str().unwrap_or_default().to_string()))
+        }
+        _ => Err(unreadable(format!("unexpected script reply {reply:?}"))),
     }
 }
 
@@ -281,7 +280,7 @@ pub struct Reply {
 /// never), added, mark1, mark2.
 pub fn parse_reply(g: &Group, reply: &[i64]) -> Result<Reply, StoreError> {
     if reply.len() != 1 + 6 * g.charges.len() {
-        return Err(StoreError(format!(
+        return Err(unreadable(format!(
             "unexpected script reply of {} values",
             reply.len()
         )));
@@ -305,4 +304,9 @@ pub fn parse_reply(g: &Group, reply: &[i64]) -> Result<Reply, StoreError> {
         now: reply[0],
         answer,
     })
+}
+
+/// A call's failure as the script answered it, or a reply it should never give.
+pub fn unreadable(why: String) -> StoreError {
+    StoreError::new(SOMEWHERE, Cause::Script(why))
 }
