@@ -20,10 +20,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
-use crate::support::binary::{Binary, Start, BIN};
-use crate::support::envoy::{admin, cluster, ports, socket_address, Backend, Envoy};
+use crate::support::binary::Binary;
+use crate::support::envoy::{admin, cluster, socket_address, Backend, Envoy};
 use crate::support::kit::{blocking, redis_cluster, redis_single, StoreKind};
 use crate::support::redis::RedisServer;
+use crate::support::server::ports;
 
 /// Domain `envoy-test`: what the routes of [`main_routes`] ask about.
 pub const EDGE_CONFIG: &str = r#"
@@ -151,16 +152,8 @@ fn config_dir() -> PathBuf {
 
 /// Starts `tollgate serve` on the fixture's config with `extra` arguments.
 async fn tollgate(name: &str, extra: &[&str]) -> Binary {
-    let [grpc, http] = ports::<2>();
     let config = config_dir();
-    let mut args: Vec<String> = [
-        "serve",
-        "--config",
-        &config.to_string_lossy(),
-        "--grpc-addr",
-        &format!("127.0.0.1:{grpc}"),
-        "--http-addr",
-        &format!("127.0.0.1:{http}"),
+    let mut args = vec![
         "--response-headers",
         "--usage-domains",
         "llm-usage*",
@@ -168,33 +161,12 @@ async fn tollgate(name: &str, extra: &[&str]) -> Binary {
         "1s",
         "--config-reload-interval",
         "off",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
+    ];
+    args.extend_from_slice(extra);
     let log = config.join(format!("tollgate-{name}.log"));
-    let mut binary = Binary::start(Start {
-        program: std::path::Path::new(BIN),
-        args,
-        env: Vec::new(),
-        clear_env: true,
-        grpc_port: grpc,
-        http_port: http,
-        log_path: Some(log),
-    })
-    .await;
+    let mut binary = Binary::serve(&config, &args, Some(log)).await;
     binary.wait_ready().await;
     binary
-}
-
-fn grpc_port(binary: &Binary) -> u16 {
-    binary
-        .grpc_url
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("a gRPC port")
 }
 
 async fn start() -> Fixture {
@@ -256,7 +228,7 @@ async fn start() -> Fixture {
         let name = side.kind.name();
         [side.port] = ports::<1>();
         clusters.push(cluster(&side.backend_cluster, backend.port, false));
-        clusters.push(cluster(&side.rls_cluster, grpc_port(&side.tollgate), true));
+        clusters.push(cluster(&side.rls_cluster, side.tollgate.grpc_port(), true));
         listeners.push(listener(
             &format!("main_{name}"),
             side.port,
@@ -269,7 +241,7 @@ async fn start() -> Fixture {
     for f in &mut failing {
         let rls = format!("rls_failing_{}", f.mode);
         let tollgate = f.tollgate.get_mut().expect("lock");
-        let port = grpc_port(tollgate.as_ref().expect("running"));
+        let port = tollgate.as_ref().expect("running").grpc_port();
         clusters.push(cluster(&rls, port, true));
         [f.open_port, f.closed_port] = ports::<2>();
         let timeout = format!("{}s", FAILURE_FILTER_TIMEOUT.as_secs_f64());

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 use tollgate::pb::rls::RateLimitResponse;
 
 use super::enforce::header;
-use crate::support::binary::{Binary, Start, BIN};
-use crate::support::envoy::{admin, cluster, ports, socket_address, validate, Backend, Envoy};
+use crate::support::binary::Binary;
+use crate::support::envoy::{admin, cluster, socket_address, validate, Backend, Envoy};
 use crate::support::kit::avoid_window_edge;
-use crate::support::server::{call, channel, descriptor, request};
+use crate::support::server::{call, channel, descriptor, ports, request};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -60,36 +60,7 @@ fn move_addresses(value: &mut Value, moves: &[((&str, u64), u16)]) {
 
 /// `tollgate serve` on the memory store with `config`.
 async fn tollgate(config: &Path) -> Binary {
-    let [grpc, http] = ports::<2>();
-    let binary = Binary::start(Start {
-        program: Path::new(BIN),
-        args: [
-            "serve",
-            "--config",
-            &config.to_string_lossy(),
-            "--grpc-addr",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-addr",
-            &format!("127.0.0.1:{http}"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        env: Vec::new(),
-        clear_env: true,
-        grpc_port: grpc,
-        http_port: http,
-        log_path: None,
-    })
-    .await;
-    binary
-}
-
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("a port")
+    Binary::serve(config, &[], None).await
 }
 
 /// `GET http://127.0.0.1:port{path}` from source address `from`: status and headers.
@@ -116,11 +87,29 @@ async fn get_from(
     (resp.status().as_u16(), resp.headers().clone())
 }
 
+/// The shipped configs' filter timeout is 20 ms, and the first call opens Envoy's connection
+/// to tollgate: until an answer carries Envoy's headers, calls may fail open. Sends `path`
+/// from `from` (an address the test uses for nothing else) until one does.
+async fn warm_up(listen: u16, from: &str, path: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, headers) = get_from(from, listen, "GET", path, &[]).await;
+        if header(&headers, "x-ratelimit-limit").is_some() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Envoy never reached tollgate"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Asks tollgate directly, charging nothing: the descriptor's remaining count.
 async fn remaining(tollgate: &Binary, domain: &str, entries: &[(&str, &str)]) -> u32 {
     let mut d = descriptor(entries);
     d.hits_addend = Some(0);
-    let addr = format!("127.0.0.1:{}", port_of(&tollgate.grpc_url));
+    let addr = format!("127.0.0.1:{}", tollgate.grpc_port());
     let mut client = tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient::new(
         channel(addr.parse().expect("address")).await,
     );
@@ -152,11 +141,13 @@ async fn the_example_envoy_yaml_route_by_route() {
         &[
             (("0.0.0.0", 10000), listen),
             (("127.0.0.1", 9901), admin_port),
-            (("tollgate", 8081), port_of(&tollgate.grpc_url)),
+            (("tollgate", 8081), tollgate.grpc_port()),
             (("backend", 8000), Backend::get().port),
         ],
     );
     let envoy = Envoy::start(&bootstrap.to_string(), admin_port).await;
+    warm_up(listen, "127.0.0.9", "/").await;
+    let before = envoy.ratelimit_stats("backend").await;
     // Per-minute limits below: keep the whole test inside one minute.
     avoid_window_edge(Duration::from_secs(60), Duration::from_secs(20)).await;
     let get = |from: &'static str,
@@ -258,7 +249,7 @@ async fn the_example_envoy_yaml_route_by_route() {
         98
     );
 
-    let stats = envoy.ratelimit_stats("backend").await;
+    let stats = envoy.ratelimit_stats("backend").await - before;
     assert_eq!(
         (stats.error, stats.failure_mode_allowed),
         (0, 0),
@@ -355,10 +346,12 @@ async fn istios_gateway_patch_enforces_the_configmap() {
     let bootstrap = istio_bootstrap(
         listen,
         admin_port,
-        port_of(&tollgate.grpc_url),
+        tollgate.grpc_port(),
         Backend::get().port,
     );
     let envoy = Envoy::start(&bootstrap.to_string(), admin_port).await;
+    warm_up(listen, "127.0.0.1", "/warm-up").await;
+    let before = envoy.ratelimit_stats("backend").await;
     avoid_window_edge(Duration::from_secs(60), Duration::from_secs(10)).await;
     for left in ["4", "3", "2", "1", "0"] {
         let (status, h) = get_from("127.0.0.1", listen, "GET", "/productpage", &[]).await;
@@ -370,7 +363,7 @@ async fn istios_gateway_patch_enforces_the_configmap() {
     let (status, h) = get_from("127.0.0.1", listen, "GET", "/reviews", &[]).await;
     assert_eq!(status, 200, "another path has its own count: {h:?}");
     assert_eq!(header(&h, "x-ratelimit-limit"), Some("100, 100;w=60"));
-    let stats = envoy.ratelimit_stats("backend").await;
+    let stats = envoy.ratelimit_stats("backend").await - before;
     assert_eq!(
         (stats.ok, stats.over_limit, stats.error),
         (6, 1, 0),

@@ -13,7 +13,7 @@ use tollgate::pb::rls::RateLimitResponse;
 use tollgate::settings::{FailureMode, Settings};
 use tollgate::store::redis::{ClockSource, RedisStore};
 
-use crate::support::binary::{Binary, Start, BIN};
+use crate::support::binary::Binary;
 use crate::support::kit::RedisSetup;
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
@@ -172,32 +172,13 @@ async fn the_local_stand_in_holds_at_most_max_store_bytes() {
 async fn a_refused_redis_is_named_refused_everywhere() {
     let config = TempConfig::new(CONFIG);
     let closed = free_port();
-    let (grpc, http) = (free_port(), free_port());
     let log = config.dir.join("tollgate.log");
-    let binary = Binary::start(Start {
-        program: std::path::Path::new(BIN),
-        args: [
-            "serve",
-            "--config",
-            &config.path().to_string_lossy(),
-            "--redis-url",
-            &format!("redis://127.0.0.1:{closed}"),
-            "--failure-mode",
-            "allow",
-            "--grpc-addr",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-addr",
-            &format!("127.0.0.1:{http}"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        env: Vec::new(),
-        clear_env: true,
-        grpc_port: grpc,
-        http_port: http,
-        log_path: Some(log),
-    })
+    let redis = format!("redis://127.0.0.1:{closed}");
+    let binary = Binary::serve(
+        config.path(),
+        &["--redis-url", &redis, "--failure-mode", "allow"],
+        Some(log),
+    )
     .await;
     let refused = format!("redis 127.0.0.1:{closed}: connection refused");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -217,7 +198,12 @@ async fn a_refused_redis_is_named_refused_everywhere() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut client = RateLimitServiceClient::new(
-        channel(format!("127.0.0.1:{grpc}").parse().expect("addr")).await,
+        channel(
+            format!("127.0.0.1:{}", binary.grpc_port())
+                .parse()
+                .expect("addr"),
+        )
+        .await,
     );
     let resp = call(&mut client, req("f", &[&[("a", "x")]])).await;
     assert_eq!(resp.overall_code, OK, "--failure-mode allow answers");

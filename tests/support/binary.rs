@@ -3,13 +3,13 @@
 //! dies (see [`super::process`]; it lives on when the test thread that started it ends, so a
 //! fixture shared by a binary's tests may hold one).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::server::http_client;
+use super::server::{http_client, ports};
 
 /// The binary Cargo built for these tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
@@ -99,6 +99,41 @@ impl Binary {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// `tollgate serve --config CONFIG` on loopback ports of its own, with `extra` arguments,
+    /// only `PATH` in its environment, and its stderr in `log` when given.
+    pub async fn serve(config: &Path, extra: &[&str], log: Option<PathBuf>) -> Binary {
+        let [grpc, http] = ports::<2>();
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--config".into(),
+            config.to_string_lossy().into_owned(),
+            "--grpc-addr".into(),
+            format!("127.0.0.1:{grpc}"),
+            "--http-addr".into(),
+            format!("127.0.0.1:{http}"),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Binary::start(Start {
+            program: Path::new(BIN),
+            args,
+            env: Vec::new(),
+            clear_env: true,
+            grpc_port: grpc,
+            http_port: http,
+            log_path: log,
+        })
+        .await
+    }
+
+    /// The port of its gRPC listener.
+    pub fn grpc_port(&self) -> u16 {
+        self.grpc_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a gRPC port")
     }
 
     /// Waits (up to 15 s) until `GET /readyz` answers 200.

@@ -8,7 +8,7 @@
 //! Envoy runs with `--concurrency 1` and `--disable-hot-restart` (two Envoys on one box would
 //! otherwise collide on the hot-restart shared memory).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,7 +18,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::server::{free_port, http_client};
+use super::server::http_client;
 
 /// How long Envoy may take to start and report LIVE.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -327,21 +327,4 @@ fn respond(seen: &Mutex<HashSet<String>>, headers: &HeaderMap) -> (HeaderMap, &'
     }
     out.insert("content-type", HeaderValue::from_static("text/plain"));
     (out, "ok\n")
-}
-
-/// Ports for a bootstrap, picked up front (Envoy binds them itself): free now, and never
-/// handed out twice by this process (the kernel may offer a port again until it is bound).
-pub fn ports<const N: usize>() -> [u16; N] {
-    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
-    let mut out = [0; N];
-    for port in &mut out {
-        *port = loop {
-            let p = free_port();
-            if handed_out.insert(p) {
-                break p;
-            }
-        };
-    }
-    out
 }

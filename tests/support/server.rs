@@ -360,3 +360,21 @@ pub fn free_port() -> u16 {
         .expect("bind a free port")
         .port()
 }
+
+/// Ports for a process that binds them itself (tollgate, Envoy): free now, and never handed
+/// out twice by this process (the kernel may offer a port again until it is bound).
+pub fn ports<const N: usize>() -> [u16; N] {
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = [0; N];
+    for port in &mut out {
+        *port = loop {
+            let p = free_port();
+            if handed_out.insert(p) {
+                break p;
+            }
+        };
+    }
+    out
+}
