@@ -271,7 +271,7 @@ fn parse_files(text: &str) -> Result<FileSelection, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Switchable(pub Option<Duration>);
 
-fn parse_switchable(text: &str) -> Result<Switchable, String> {
+fn parse_switchable(text: &str) -> Result<Switchable, duration::DurationError> {
     duration::parse_optional(text).map(Switchable)
 }
 

@@ -26,10 +26,19 @@ const UNITS: [(&str, u128); 10] = [
 /// What a duration looks like, for error messages.
 pub const EXAMPLES: &str = "a duration like 500ms, 10s, 5m, 1h30m or 1d";
 
-/// Parses a duration (see the module docs). The error names the text and the expected form.
-pub fn parse(text: &str) -> Result<Duration, String> {
+/// A duration that could not be read; it names the text and the expected form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("'{0}' is not {EXAMPLES}")]
+    Malformed(String),
+    #[error("'{0}' must be longer than zero")]
+    Zero(String),
+}
+
+/// Parses a duration (see the module docs).
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let s = text.trim();
-    let bad = || format!("'{text}' is not {EXAMPLES}");
+    let bad = || DurationError::Malformed(text.to_string());
     if s == "0" {
         return Ok(Duration::ZERO);
     }
@@ -58,15 +67,15 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses a duration that must be positive (a window, a timeout).
-pub fn parse_positive(text: &str) -> Result<Duration, String> {
+pub fn parse_positive(text: &str) -> Result<Duration, DurationError> {
     match parse(text)? {
-        d if d.is_zero() => Err(format!("'{text}' must be longer than zero")),
+        d if d.is_zero() => Err(DurationError::Zero(text.to_string())),
         d => Ok(d),
     }
 }
 
 /// `off` (or `0`) for "disabled", else a positive duration.
-pub fn parse_optional(text: &str) -> Result<Option<Duration>, String> {
+pub fn parse_optional(text: &str) -> Result<Option<Duration>, DurationError> {
     match text.trim() {
         "off" => Ok(None),
         _ => parse(text).map(|d| (!d.is_zero()).then_some(d)),
@@ -158,7 +167,7 @@ mod tests {
             "99999999999h",
         ] {
             let err = parse(text).unwrap_err();
-            assert!(err.contains(EXAMPLES), "{text}: {err}");
+            assert!(err.to_string().contains(EXAMPLES), "{text}: {err}");
         }
         assert!(parse_positive("0s").is_err());
         assert_eq!(parse_optional("off"), Ok(None));

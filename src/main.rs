@@ -218,8 +218,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     .clone()
                     .zip(args.redis_client_key.clone()),
             };
-            let store =
-                RedisStore::connect(redis, Arc::new(SystemClock)).map_err(anyhow::Error::msg)?;
+            let store = RedisStore::connect(redis, Arc::new(SystemClock))?;
             server::start(opts, store.into(), shutdown).await?
         }
     };

@@ -57,12 +57,8 @@ impl GrpcTls {
     fn acceptor(&self) -> anyhow::Result<TlsAcceptor> {
         use rustls::server::WebPkiClientVerifier;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let chain = certs(&self.cert)
-            .map_err(anyhow::Error::msg)
-            .context("--grpc-tls-cert")?;
-        let key = private_key(&self.key)
-            .map_err(anyhow::Error::msg)
-            .context("--grpc-tls-key")?;
+        let chain = certs(&self.cert).context("--grpc-tls-cert")?;
+        let key = private_key(&self.key).context("--grpc-tls-key")?;
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .context("gRPC TLS")?;
@@ -70,10 +66,7 @@ impl GrpcTls {
             None => builder.with_no_client_auth(),
             Some(ca) => {
                 let mut roots = rustls::RootCertStore::empty();
-                for cert in certs(ca)
-                    .map_err(anyhow::Error::msg)
-                    .context("--grpc-client-ca")?
-                {
+                for cert in certs(ca).context("--grpc-client-ca")? {
                     roots
                         .add(cert)
                         .with_context(|| format!("--grpc-client-ca {}", ca.display()))?;

@@ -91,12 +91,12 @@ pub struct BenchArgs {
 }
 
 /// `--duration`, `--timeout`: a positive duration like `500ms`, `10s`, `1m`.
-pub fn duration_arg(s: &str) -> Result<Duration, String> {
+pub fn duration_arg(s: &str) -> Result<Duration, tollgate::duration::DurationError> {
     tollgate::duration::parse_positive(s)
 }
 
 /// `--warmup`: like [`duration_arg`], but `0s` turns it off.
-pub fn duration_or_zero_arg(s: &str) -> Result<Duration, String> {
+pub fn duration_or_zero_arg(s: &str) -> Result<Duration, tollgate::duration::DurationError> {
     tollgate::duration::parse(s)
 }
 

@@ -18,7 +18,7 @@ use fred::types::config::{
 };
 use parking_lot::Mutex;
 
-use super::error::{classify, SOMEWHERE};
+use super::error::{classify, ConnectError, SOMEWHERE};
 use super::{tls, url, RedisOptions, LATE_REPLY};
 use crate::store::error::Cause;
 use crate::store::StoreError;
@@ -71,9 +71,11 @@ pub struct Clients {
 impl Clients {
     /// Configures the clients from `opts` and starts the main one connecting in the
     /// background (retrying with backoff while Redis does not answer).
-    pub fn connect(opts: &RedisOptions) -> Result<Clients, String> {
+    pub fn connect(opts: &RedisOptions) -> Result<Clients, ConnectError> {
         if opts.key_prefix.contains(['{', '}']) {
-            return Err("--redis-key-prefix must not contain '{' or '}'".into());
+            return Err(ConnectError::Flags(
+                "--redis-key-prefix must not contain '{' or '}'",
+            ));
         }
         let mut config = url::fred_config(&opts.url)?;
         if let Some(p) = &opts.password {
@@ -82,7 +84,9 @@ impl Clients {
         let tls_wanted = opts.ca_file.is_some() || opts.client_cert.is_some();
         if tls_wanted {
             if config.tls.is_none() {
-                return Err("--redis-ca-file and --redis-client-cert need a rediss:// URL".into());
+                return Err(ConnectError::Flags(
+                    "--redis-ca-file and --redis-client-cert need a rediss:// URL",
+                ));
             }
             config.tls = Some(
                 tls::config(
@@ -100,15 +104,14 @@ impl Clients {
             config
                 .server
                 .set_cluster_discovery_policy(ClusterDiscoveryPolicy::UseCache)
-                .map_err(|e| format!("redis cluster discovery: {e}"))?;
+                .map_err(|e| ConnectError::Url(format!("redis cluster discovery: {e}")))?;
         }
         let host = url::first_host(&opts.url);
         let clustered = config.server.is_clustered();
         if opts.read_replicas && !clustered {
-            return Err(
-                "--read-replicas needs a redis-cluster:// URL (replicas are found from the cluster's topology)"
-                    .into(),
-            );
+            return Err(ConnectError::Flags(
+                "--read-replicas needs a redis-cluster:// URL (replicas are found from the cluster's topology)",
+            ));
         }
         // fred's default `fail_fast` gives up on the first connection attempt and never
         // reconnects when Redis was down at start; commands fail fast per call instead.

@@ -1,11 +1,38 @@
 //! fred's errors as [`StoreError`]s: which cause a Redis failure is (timeout, connection
 //! refused / reset / TLS / authentication / DNS, a script error, not run), named once here for
-//! readiness, the failure policy's log line, the metric and the trace span alike.
+//! readiness, the failure policy's log line, the metric and the trace span alike; and why a
+//! Redis store cannot be set up from its options ([`ConnectError`]).
 
 use fred::prelude::{Error, ErrorKind, Server};
 
+use crate::pem::PemError;
 use crate::store::error::{Cause, Connection};
 use crate::store::StoreError;
+
+/// Options that cannot make a Redis store: the URL, TLS files, or a flag that needs another.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The URL (the message never quotes a password).
+    #[error("{0}")]
+    Url(String),
+    #[error(transparent)]
+    Pem(#[from] PemError),
+    #[error("{}: not a usable CA certificate: {why}", path.display())]
+    Ca {
+        path: std::path::PathBuf,
+        why: String,
+    },
+    #[error("{}: unusable client certificate: {why}", path.display())]
+    ClientCert {
+        path: std::path::PathBuf,
+        why: String,
+    },
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// A flag that needs another (`--read-replicas` without a cluster URL, …).
+    #[error("{0}")]
+    Flags(&'static str),
+}
 
 /// Where an error happened that has no node of its own; [`super::client::Clients::explain`]
 /// puts the URL's host there.

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::client::Clients;
+pub use self::error::ConnectError;
 use self::health::Health;
 use self::lease::Leases;
 use self::local_cache::LocalCache;
@@ -152,7 +153,7 @@ impl Store for RedisStore {
 impl RedisStore {
     /// Creates the clients and starts connecting in the background: the store is not ready
     /// until Redis answers, and keeps retrying with backoff while it does not.
-    pub fn connect(opts: RedisOptions, wall: Arc<dyn Clock>) -> Result<RedisStore, String> {
+    pub fn connect(opts: RedisOptions, wall: Arc<dyn Clock>) -> Result<RedisStore, ConnectError> {
         let clients = Clients::connect(&opts)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {

@@ -6,18 +6,23 @@ use std::sync::Arc;
 
 use rustls::{ClientConfig, RootCertStore};
 
+use super::error::ConnectError;
 use crate::pem::{certs, private_key};
 
 /// A rustls client config trusting `ca` (else the system's roots), presenting `client`
 /// (certificate, key) when given.
-pub fn config(ca: Option<&Path>, client: Option<(&Path, &Path)>) -> Result<ClientConfig, String> {
+pub fn config(
+    ca: Option<&Path>,
+    client: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, ConnectError> {
     let mut roots = RootCertStore::empty();
     match ca {
         Some(path) => {
             for cert in certs(path)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: not a usable CA certificate: {e}", path.display()))?;
+                roots.add(cert).map_err(|e| ConnectError::Ca {
+                    path: path.to_path_buf(),
+                    why: e.to_string(),
+                })?;
             }
         }
         None => roots = native_roots(),
@@ -25,7 +30,7 @@ pub fn config(ca: Option<&Path>, client: Option<(&Path, &Path)>) -> Result<Clien
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(|e| ConnectError::Tls(e.to_string()))?
         .with_root_certificates(roots);
     match client {
         None => Ok(builder.with_no_client_auth()),
@@ -34,7 +39,10 @@ pub fn config(ca: Option<&Path>, client: Option<(&Path, &Path)>) -> Result<Clien
             let key = private_key(key)?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("{}: unusable client certificate: {e}", cert.display()))
+                .map_err(|e| ConnectError::ClientCert {
+                    path: cert.to_path_buf(),
+                    why: e.to_string(),
+                })
         }
     }
 }

@@ -6,8 +6,14 @@
 
 use fred::prelude::Config;
 
+use super::error::ConnectError;
+
 /// Turns tollgate's URL forms into fred's.
-pub fn fred_config(url: &str) -> Result<Config, String> {
+pub fn fred_config(url: &str) -> Result<Config, ConnectError> {
+    parse(url).map_err(ConnectError::Url)
+}
+
+fn parse(url: &str) -> Result<Config, String> {
     let (scheme, rest) = url.split_once("://").ok_or_else(|| {
         "redis URL must start with redis://, rediss://, redis-cluster://, redis-sentinel:// or redis+unix://"
             .to_string()
@@ -105,7 +111,7 @@ mod tests {
             assert!(fred_config(bad).is_err(), "{bad}");
         }
         let err = fred_config("bogus://user:hunter2@h:1").unwrap_err();
-        assert!(!err.contains("hunter2"));
+        assert!(!err.to_string().contains("hunter2"));
         assert_eq!(first_host("redis://user:hunter2@h:1/2"), "h:1");
         assert_eq!(first_host("redis-cluster://a:1,b:2"), "a:1");
     }
