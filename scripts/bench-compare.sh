@@ -43,37 +43,12 @@ REDIS_PID=$!
 PIDS+=("$REDIS_PID")
 for _ in $(seq 100); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
-# start SERVER STORE: sets PID and PORT once the server answers.
-start() {
-  PORT=$(free_port); local http; http=$(free_port)
-  case "$1/$2" in
-    tollgate/memory) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
-                       --http-addr "127.0.0.1:$http" --log error "${TG_ARGS[@]}" & ;;
-    tollgate/redis) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
-                      --http-addr "127.0.0.1:$http" --log error \
-                      --redis-url "redis://127.0.0.1:$REDIS" --redis-timeout 100ms "${TG_ARGS[@]}" & ;;
-    limitador/memory) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
-                        examples/limitador-bench.yaml memory --cache 100000 >"$WORK/limitador.log" 2>&1 & ;;
-    limitador/redis) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
-                       examples/limitador-bench.yaml redis "redis://127.0.0.1:$REDIS" \
-                       >"$WORK/limitador.log" 2>&1 & ;;
-  esac
-  PID=$!; PIDS+=("$PID")
-  for _ in $(seq 100); do
-    $BENCH --addr "http://127.0.0.1:$PORT" --domain bench --descriptor 'key=probe' \
-      --duration 100ms --warmup 0s --concurrency 1 --connections 1 --json 2>/dev/null \
-      | grep -q '"errors":0,' && return 0
-    sleep 0.1
-  done
-  echo "$1 on $2 did not answer" >&2; exit 1
-}
-
 RESULTS=$WORK/results
 for store in memory redis; do
   for run in $(seq 1 "$RUNS"); do
     for server in tollgate limitador; do
       redis-cli -p "$REDIS" flushall >/dev/null
-      start "$server" "$store"
+      start_rls "$server" "$store"
       args=(--addr "http://127.0.0.1:$PORT" --domain bench --descriptor 'key={key}' --keys 10000)
       $BENCH "${args[@]}" --duration 2s --warmup 0s --json >/dev/null 2>&1
       c0=$(cpu_s "$PID"); r0=$(cpu_s "$REDIS_PID")

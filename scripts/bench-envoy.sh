@@ -20,7 +20,8 @@
 #
 # limitador is not on crates.io and is not built here: point LIMITADOR_BIN at a
 # limitador-server you built from its repository (memory store with --cache 100000, as
-# scripts/bench-compare.sh). TOLLGATE_PROFILE=dist measures the container image's build.
+# scripts/bench-compare.sh). TOLLGATE_PROFILE=dist measures the container image's build;
+# TOLLGATE_ARGS adds arguments to `tollgate serve`.
 # Needs h2load (Debian: nghttp2-client), redis-server, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,7 @@ RUNS=${1:-3}
 DURATION=${2:-10s}
 RATE=${RATE:-1000}
 LIMITADOR=${LIMITADOR_BIN:?set LIMITADOR_BIN to a limitador-server binary}
+read -r -a TG_ARGS <<< "${TOLLGATE_ARGS:-}"
 WORK=$(mktemp -d /tmp/tollgate-bench-envoy.XXXXXX)
 PIDS=()
 trap cleanup EXIT
@@ -113,32 +115,6 @@ start_envoy() { # NAME BOOTSTRAP-ARGS...: starts an Envoy, sets PID
 BACKEND=$(free_port)
 start_envoy backend backend "$(free_port)" "$BACKEND"
 wait_port "$BACKEND"
-
-# start_rls SERVER STORE: sets PID and PORT once the server answers gRPC.
-start_rls() {
-  PORT=$(free_port); local http; http=$(free_port)
-  case "$1/$2" in
-    tollgate/memory) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
-                       --http-addr "127.0.0.1:$http" --log error & ;;
-    tollgate/redis) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
-                      --http-addr "127.0.0.1:$http" --log error \
-                      --redis-url "redis://127.0.0.1:$REDIS" --redis-timeout 100ms & ;;
-    limitador/memory) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
-                        examples/limitador-bench.yaml memory --cache 100000 \
-                        >"$WORK/limitador.log" 2>&1 & ;;
-    limitador/redis) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
-                       examples/limitador-bench.yaml redis "redis://127.0.0.1:$REDIS" \
-                       >"$WORK/limitador.log" 2>&1 & ;;
-  esac
-  PID=$!; PIDS+=("$PID")
-  for _ in $(seq 100); do
-    $BENCH --addr "http://127.0.0.1:$PORT" --domain bench --descriptor 'key=probe' \
-      --duration 100ms --warmup 0s --concurrency 1 --connections 1 --json 2>/dev/null \
-      | grep -q '"errors":0,' && return 0
-    sleep 0.1
-  done
-  echo "$1 on $2 did not answer" >&2; exit 1
-}
 
 # uris PORT: 10,000 request URIs on that listener, one per line.
 uris() {

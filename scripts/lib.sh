@@ -78,3 +78,31 @@ build_bins() {
   TG=target/$PROFILE/tollgate
   BENCH=target/release/tollgate-bench
 }
+
+# start_rls SERVER STORE: starts tollgate or limitador (LIMITADOR) on the memory store or on
+# the Redis on port REDIS, with examples/bench.yaml's limits (examples/limitador-bench.yaml for
+# limitador; its memory store with --cache 100000) and TG_ARGS added to `tollgate serve`; sets
+# PID and PORT once the server answers gRPC (probed with BENCH).
+start_rls() {
+  PORT=$(free_port); local http; http=$(free_port)
+  case "$1/$2" in
+    tollgate/memory) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
+                       --http-addr "127.0.0.1:$http" --log error "${TG_ARGS[@]}" & ;;
+    tollgate/redis) $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$PORT" \
+                      --http-addr "127.0.0.1:$http" --log error \
+                      --redis-url "redis://127.0.0.1:$REDIS" --redis-timeout 100ms "${TG_ARGS[@]}" & ;;
+    limitador/memory) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
+                        examples/limitador-bench.yaml memory --cache 100000 >"$WORK/limitador.log" 2>&1 & ;;
+    limitador/redis) "$LIMITADOR" -b 127.0.0.1 -p "$PORT" -B 127.0.0.1 -P "$http" \
+                       examples/limitador-bench.yaml redis "redis://127.0.0.1:$REDIS" \
+                       >"$WORK/limitador.log" 2>&1 & ;;
+  esac
+  PID=$!; PIDS+=("$PID")
+  for _ in $(seq 100); do
+    $BENCH --addr "http://127.0.0.1:$PORT" --domain bench --descriptor 'key=probe' \
+      --duration 100ms --warmup 0s --concurrency 1 --connections 1 --json 2>/dev/null \
+      | grep -q '"errors":0,' && return 0
+    sleep 0.1
+  done
+  echo "$1 on $2 did not answer" >&2; exit 1
+}

@@ -3,12 +3,11 @@
 //! Without a client certificate the server refuses the connection, and `/readyz` says why.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 
-use crate::support::binary::{Binary, Start, BIN};
+use crate::support::binary::Binary;
 use crate::support::pki::Pki;
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
@@ -19,27 +18,6 @@ descriptors:
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 2}
 ";
-
-fn serve_args(config: &TempConfig, grpc: u16, http: u16, url: &str, pki: &Pki) -> Vec<String> {
-    [
-        "serve",
-        "--config",
-        &config.path.display().to_string(),
-        "--grpc-addr",
-        &format!("127.0.0.1:{grpc}"),
-        "--http-addr",
-        &format!("127.0.0.1:{http}"),
-        "--redis-url",
-        url,
-        "--redis-timeout",
-        "500ms",
-        "--redis-ca-file",
-        &pki.path("ca.crt").display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_go_over_mutual_tls_to_redis() {
@@ -68,26 +46,24 @@ async fn decisions_go_over_mutual_tls_to_redis() {
     let url = format!("rediss://127.0.0.1:{tls_port}");
 
     // With the client certificate: decisions are made, and the counters are in that Redis.
-    let (grpc, http) = (free_port(), free_port());
-    let mut args = serve_args(&config, grpc, http, &url, &pki);
-    args.extend([
-        "--redis-client-cert".to_string(),
-        path("client.crt"),
-        "--redis-client-key".to_string(),
-        path("client.key"),
-    ]);
-    let mut mtls = Binary::start(Start {
-        program: Path::new(BIN),
-        args,
-        env: Vec::new(),
-        clear_env: true,
-        grpc_port: grpc,
-        http_port: http,
-        log_path: Some(config.dir.join("mtls.log")),
-    })
-    .await;
+    let ca = path("ca.crt");
+    let redis_args = [
+        "--redis-url",
+        &url,
+        "--redis-timeout",
+        "500ms",
+        "--redis-ca-file",
+        &ca,
+    ];
+    let (cert, key) = (path("client.crt"), path("client.key"));
+    let mut args = redis_args.to_vec();
+    args.extend(["--redis-client-cert", &cert, "--redis-client-key", &key]);
+    let log = Some(config.dir.join("mtls.log"));
+    let mut mtls = Binary::serve(config.path(), &args, log).await;
     mtls.wait_ready().await;
-    let addr: SocketAddr = format!("127.0.0.1:{grpc}").parse().expect("addr");
+    let addr: SocketAddr = format!("127.0.0.1:{}", mtls.grpc_port())
+        .parse()
+        .expect("addr");
     let mut client = RateLimitServiceClient::new(channel(addr).await);
     for want in [OK, OK, OVER_LIMIT] {
         let r = call(&mut client, req("tls", &[&[("tenant", "acme")]])).await;
@@ -98,17 +74,8 @@ async fn decisions_go_over_mutual_tls_to_redis() {
     drop(mtls);
 
     // Without it, Redis refuses the handshake: not ready, and /readyz names TLS.
-    let (grpc, http) = (free_port(), free_port());
-    let anonymous = Binary::start(Start {
-        program: Path::new(BIN),
-        args: serve_args(&config, grpc, http, &url, &pki),
-        env: Vec::new(),
-        clear_env: true,
-        grpc_port: grpc,
-        http_port: http,
-        log_path: Some(config.dir.join("anonymous.log")),
-    })
-    .await;
+    let log = Some(config.dir.join("anonymous.log"));
+    let anonymous = Binary::serve(config.path(), &redis_args, log).await;
     let readyz = format!("{}/readyz", anonymous.http_url);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let reason = loop {
