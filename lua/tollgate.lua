@@ -47,10 +47,14 @@
 
 -- The call being decided: its offset into KEYS, its packed numbers, and its arguments.
 local KO, P = 0, ''
-local now, nkeys, mode, count_rejected, dry, refunding, quota_total, n, charges
--- Where the first charge starts in P (after now, the number of keys, mode, quota descriptors
--- and n), and each's size.
-local FIRST, CHARGE, UNDO = 41, 64, 40
+local now, nkeys, mode, deciding, count_rejected, dry, refunding, quota_total, n, charges
+-- The layout's counts and codes: src/store/redis/script.rs `layout` holds them, and a test
+-- there reads these lines and fails when the two drift. Numbers per call before its charges
+-- (now, the number of keys, mode, quota descriptors, n), per charge, per refunded charge.
+local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 5, 8, 5
+local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND = 0, 1, 2, 3
+-- Where the first charge starts in P (1-based), and the size of a charge and of a refund.
+local FIRST, CHARGE, UNDO = 8 * CALL_NUMBERS + 1, 8 * CHARGE_NUMBERS, 8 * REFUND_NUMBERS
 -- Redis TIME, read once per script run.
 local clock
 -- The general code's functions: build() (defined below) makes them on the first call that
@@ -212,7 +216,7 @@ end
 -- a request is sure to be denied. This is what the general code below answers for it, without
 -- its tables; the differential test holds the two (and Rust) to the same answers and state.
 local function fast()
-  if n ~= 1 or not (mode == 0 or dry) then return nil end
+  if n ~= 1 or not (deciding or dry) then return nil end
   local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
   if overdraft ~= 0 or role ~= 0 or alg > 1 then return nil end
   local key, k = KEYS[KO + ki], math.max(cost, 1)
@@ -237,7 +241,7 @@ end
 -- as many keys as charges means one charge per key.
 local STRIDE = 10
 local function several()
-  if not (mode == 0 or dry) or nkeys ~= n then return nil end
+  if not (deciding or dry) or nkeys ~= n then return nil end
   local v = {}
   for i = 1, n do
     local ki, alg, limit, window, _, overdraft, cost, role =
@@ -817,7 +821,8 @@ local function one(ko, p)
   else
     now = t
   end
-  count_rejected, dry, refunding = mode == 1, mode == 2, mode == 3
+  deciding, count_rejected, dry, refunding =
+    mode == DECIDE, mode == COUNT_REJECTED, mode == DRY_RUN, mode == REFUND
   local r = fast() or several()
   if r then return r end
   if built == nil then built = build() end

@@ -11,6 +11,7 @@
 //! - `concurrency`: two tollgate instances on one Redis Cluster stay exact;
 //! - `lease`: leased shared limits (`lease: N`) on two instances never over-admit;
 //! - `replicas`: `--read-replicas` answers check-only requests from cluster replicas;
+//! - `script`: the Lua script against the Rust algorithms, call by call (no service);
 //! - `usage`: usage domains (`--usage-domains`) answer as overdraft limits do.
 
 #[path = "../support/mod.rs"]
@@ -26,4 +27,5 @@ mod lease;
 mod matching;
 mod model;
 mod replicas;
+mod script;
 mod usage;

@@ -25,7 +25,7 @@ mod lease;
 mod local_cache;
 mod migration;
 mod replicas;
-mod script;
+pub mod script;
 mod tls;
 mod url;
 

@@ -2,7 +2,10 @@
 //! `EVALSHA` call that survives `NOSCRIPT` and resharding.
 //!
 //! The layouts are documented at the top of the script; this file is the only Rust code that
-//! knows them.
+//! knows them: [`layout`] holds their counts and codes (a test reads the script's own and
+//! fails when the two drift), [`args`] and [`parse_reply`] the call and its reply, and
+//! [`decode_state`] the state the script stores per key (for the script-level differential
+//! test, which compares it with the Rust algorithms' field by field).
 
 use std::time::Duration;
 
@@ -13,14 +16,38 @@ use tokio::time::Instant;
 
 use super::error::{classify, SOMEWHERE};
 use super::migration::{self, Migrations};
-use crate::algorithm::Landing;
+use crate::algorithm::fixed_window::Window;
+use crate::algorithm::sliding_window::Log;
+use crate::algorithm::token_bucket::Tat;
+use crate::algorithm::{Landing, State};
 use crate::decision::ChargeOutcome;
-use crate::limit::Algorithm;
+use crate::limit::{Algorithm, LimitParams};
 use crate::plan::Role;
 use crate::store::error::Cause;
 use crate::store::placement::{Group, Spec};
 use crate::store::protocol::{GroupAnswer, Mode, Undo};
 use crate::store::StoreError;
+
+/// The counts and codes of the script's argument and reply layout.
+pub mod layout {
+    /// Numbers of a call before its charges: now, the number of keys, mode, the request's
+    /// quota descriptors, the number of charges.
+    pub const CALL_NUMBERS: usize = 5;
+    /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role.
+    pub const CHARGE_NUMBERS: usize = 8;
+    /// Per charge of a refund: allowed, kept, amount, mark1, mark2.
+    pub const REFUND_NUMBERS: usize = 5;
+    /// Per charge of a reply: allowed, remaining, wait, added, mark1, mark2.
+    pub const ANSWER_NUMBERS: usize = 6;
+    /// Algorithm codes.
+    pub const FIXED_WINDOW: u64 = 0;
+    pub const SLIDING_WINDOW: u64 = 1;
+    pub const TOKEN_BUCKET: u64 = 2;
+    /// Role codes: a quota charge of request descriptor `d` is `QUOTA + d`.
+    pub const ENFORCED: u64 = 0;
+    pub const SHADOW: u64 = 1;
+    pub const QUOTA: u64 = 2;
+}
 
 /// A script and the SHA1 `EVALSHA` names it by.
 pub struct Script {
@@ -195,7 +222,9 @@ pub fn args(
         .map(|&s| Key::from(specs[s].key.as_ref()))
         .collect();
     let n = g.charges.len();
-    let mut packed = Packed::with_numbers(5 + n * 8 + undo.len() * 5);
+    let mut packed = Packed::with_numbers(
+        layout::CALL_NUMBERS + n * layout::CHARGE_NUMBERS + undo.len() * layout::REFUND_NUMBERS,
+    );
     packed.push_signed(now.unwrap_or(-1));
     packed.push(keys.len() as u64);
     packed.push(mode as u64);
@@ -206,9 +235,9 @@ pub fn args(
         let p = &c.params;
         packed.push(key as u64 + 1);
         packed.push(match p.algorithm {
-            Algorithm::FixedWindow => 0,
-            Algorithm::SlidingWindow => 1,
-            Algorithm::TokenBucket => 2,
+            Algorithm::FixedWindow => layout::FIXED_WINDOW,
+            Algorithm::SlidingWindow => layout::SLIDING_WINDOW,
+            Algorithm::TokenBucket => layout::TOKEN_BUCKET,
         });
         packed.push(p.limit);
         packed.push(p.window_us);
@@ -216,9 +245,9 @@ pub fn args(
         packed.push(p.overdraft as u64);
         packed.push(c.cost);
         packed.push(match c.role {
-            Role::Enforced => 0,
-            Role::Shadow => 1,
-            Role::Quota { descriptor } => 2 + descriptor as u64,
+            Role::Enforced => layout::ENFORCED,
+            Role::Shadow => layout::SHADOW,
+            Role::Quota { descriptor } => layout::QUOTA + descriptor as u64,
         });
     }
     for u in undo {
@@ -279,14 +308,14 @@ pub struct Reply {
 /// Parses the numbers of a reply: `now`, then per charge allowed, remaining, wait_us (-1 =
 /// never), added, mark1, mark2.
 pub fn parse_reply(g: &Group, reply: &[i64]) -> Result<Reply, StoreError> {
-    if reply.len() != 1 + 6 * g.charges.len() {
+    if reply.len() != 1 + layout::ANSWER_NUMBERS * g.charges.len() {
         return Err(unreadable(format!(
             "unexpected script reply of {} values",
             reply.len()
         )));
     }
     let answer = reply[1..]
-        .chunks_exact(6)
+        .chunks_exact(layout::ANSWER_NUMBERS)
         .map(|r| {
             let outcome = ChargeOutcome {
                 allowed: r[0] == 1,
@@ -309,4 +338,134 @@ pub fn parse_reply(g: &Group, reply: &[i64]) -> Result<Reply, StoreError> {
 /// A call's failure as the script answered it, or a reply it should never give.
 pub fn unreadable(why: String) -> StoreError {
     StoreError::new(SOMEWHERE, Cause::Script(why))
+}
+
+/// The state the script keeps in a key, read back (see the script's header for the format):
+/// `None` for bytes that hold no state of `params`' algorithm. A sliding window's forgotten
+/// entries (before its head) are not state; expired state is left to
+/// [`crate::algorithm::refresh`].
+pub fn decode_state(params: &LimitParams, raw: &[u8]) -> Option<State> {
+    if !raw.len().is_multiple_of(8) {
+        return None;
+    }
+    let numbers: Vec<u64> = raw
+        .chunks_exact(8)
+        .map(|d| f64::from_le_bytes(d.try_into().expect("8 bytes")) as u64)
+        .collect();
+    match params.algorithm {
+        Algorithm::FixedWindow => match numbers[..] {
+            [count, end_us] => Some(State::Window(Window { count, end_us })),
+            _ => None,
+        },
+        Algorithm::SlidingWindow => {
+            let (&total, rest) = numbers.split_first()?;
+            let (&head, _) = rest.split_first()?;
+            let entries = numbers.get(head as usize / 8..)?;
+            if !entries.len().is_multiple_of(2) || head < 16 {
+                return None;
+            }
+            Some(State::Log(Log {
+                entries: entries.chunks_exact(2).map(|e| (e[0], e[1])).collect(),
+                total,
+            }))
+        }
+        Algorithm::TokenBucket => {
+            let (head, history) = (numbers.get(..5)?, &numbers[5..]);
+            if !history.len().is_multiple_of(3) {
+                return None;
+            }
+            let limit = params.limit as u128;
+            Some(State::Tat(Tat {
+                us: head[0],
+                frac: head[1],
+                born: head[2],
+                seq: head[3],
+                dropped: head[4],
+                history: history
+                    .chunks_exact(3)
+                    .map(|h| (h[0], h[1] as u128 * limit + h[2] as u128))
+                    .collect(),
+            }))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layout;
+    use crate::store::protocol::Mode;
+
+    /// The numbers a line `local A, B = 1, 2` of the script gives its names.
+    fn lua_locals(names: &str) -> Vec<String> {
+        let lua = include_str!("../../../lua/tollgate.lua");
+        let prefix = format!("local {names} = ");
+        let line = lua
+            .lines()
+            .find(|l| l.trim_start().starts_with(&prefix))
+            .unwrap_or_else(|| panic!("lua/tollgate.lua has no line `{prefix}...`"));
+        line.trim_start()[prefix.len()..]
+            .split(',')
+            .map(|v| v.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_script_counts_the_layout_as_rust_does() {
+        assert_eq!(
+            lua_locals("CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS"),
+            [
+                layout::CALL_NUMBERS,
+                layout::CHARGE_NUMBERS,
+                layout::REFUND_NUMBERS
+            ]
+            .map(|n| n.to_string())
+        );
+        assert_eq!(
+            lua_locals("FIRST, CHARGE, UNDO"),
+            [
+                "8 * CALL_NUMBERS + 1",
+                "8 * CHARGE_NUMBERS",
+                "8 * REFUND_NUMBERS"
+            ]
+        );
+        // Answers are the script's widest packs: none is wider, and some are exactly as wide.
+        let lua = include_str!("../../../lua/tollgate.lua");
+        let widths: Vec<usize> = lua
+            .split("struct.pack('<")
+            .skip(1)
+            .map(|rest| rest.chars().take_while(|&c| c == 'd').count())
+            .collect();
+        assert_eq!(widths.iter().max(), Some(&layout::ANSWER_NUMBERS));
+    }
+
+    #[test]
+    fn the_script_numbers_modes_algorithms_and_roles_as_rust_does() {
+        assert_eq!(
+            lua_locals("DECIDE, COUNT_REJECTED, DRY_RUN, REFUND"),
+            [
+                Mode::Decide,
+                Mode::CountRejected,
+                Mode::DryRun,
+                Mode::TakeBack
+            ]
+            .map(|m| (m as u64).to_string())
+        );
+        assert_eq!(
+            lua_locals("ALGORITHMS"),
+            [
+                format!("{{ [{}] = 'f'", layout::FIXED_WINDOW),
+                format!("[{}] = 's'", layout::SLIDING_WINDOW),
+                format!("[{}] = 't' }}", layout::TOKEN_BUCKET),
+            ]
+        );
+        assert_eq!(
+            lua_locals("ROLES"),
+            [
+                format!("{{ [{}] = 'e'", layout::ENFORCED),
+                format!("[{}] = 's' }}", layout::SHADOW),
+            ]
+        );
+        let lua = include_str!("../../../lua/tollgate.lua");
+        assert!(lua.contains(&format!("descriptor = role - {}", layout::QUOTA)));
+    }
 }

@@ -1,0 +1,419 @@
+//! The script against the Rust algorithms, call by call, with no service in between: generated
+//! calls go to `EVALSHA` of `lua/tollgate.lua` on a redis-server of this test and to
+//! `algorithm::batch` directly (what the memory store runs), and every answer must be equal —
+//! allowed, remaining, wait, what landed and where — and so must the state each key is left
+//! in: the script's bytes decoded by `script::decode_state`, field by field, against the Rust
+//! state (both refreshed at the call's time).
+//!
+//! A case is 1 to 3 keys, each with its own limit (any algorithm, overdraft or not, windows
+//! and bursts small enough to fill), and up to 12 calls of 1 to 4 charges on them in every
+//! mode: decide, count rejected, dry run, and a refund of the call before (some of its
+//! landings, at its time or later). Costs run from 0 past the usage cap, roles mix enforced,
+//! shadow and quota charges, and the clock steps forwards by every interesting amount (and
+//! sometimes back). The calls' shapes send the script down each of its paths (one charge,
+//! one charge per key, the general code), so a mismatch names the call that took it.
+//!
+//! 2,000 cases by default (`TOLLGATE_SCRIPT_CASES`), seeded from the clock; a failure prints
+//! the seed (`TOLLGATE_SCRIPT_SEED` replays it), the case's calls so far and both answers.
+//! `TOLLGATE_SCRIPT_LUA=<file>` runs another script (a mutation run plants a fault in a copy).
+
+use std::fmt::Write as _;
+
+use fred::prelude::*;
+use tollgate::algorithm::batch::{self, BatchCharge, BatchMode, Counter};
+use tollgate::algorithm::{refresh, refund, Landing, State};
+use tollgate::decision::ChargeOutcome;
+use tollgate::limit::{Algorithm, LimitParams};
+use tollgate::plan::Role;
+use tollgate::store::placement::{Group, Spec};
+use tollgate::store::protocol::{Mode, Undo};
+use tollgate::store::redis::script::{self, decode_state, Script};
+
+use crate::support::redis::RedisServer;
+
+const S: u64 = 1_000_000;
+const T0: u64 = 1_800_000_000_000_000;
+
+/// splitmix64: small, seedable, and the same on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[self.below(from.len() as u64) as usize]
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+fn limit(rng: &mut Rng) -> LimitParams {
+    let algorithm = rng.pick(&[
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ]);
+    let limit = rng.pick(&[1, 2, 3, 5, 10, 100]);
+    let window_us = rng.pick(&[S, 3 * S / 2, 10 * S, 60 * S]);
+    let burst = match algorithm {
+        Algorithm::TokenBucket => rng.pick(&[limit, 2 * limit, 1, 7]),
+        _ => limit,
+    };
+    LimitParams {
+        algorithm,
+        limit,
+        window_us,
+        burst,
+        overdraft: rng.chance(20),
+    }
+}
+
+/// One charge of a call: its key (an index into the case's keys), cost and role.
+#[derive(Debug, Clone, Copy)]
+struct Charge {
+    key: usize,
+    cost: u64,
+    role: Role,
+}
+
+fn charges(rng: &mut Rng, keys: &[LimitParams]) -> (Vec<Charge>, usize) {
+    let n = 1 + rng.below(4) as usize;
+    // Often one charge per key, the script's own path for it.
+    let distinct = rng.chance(50);
+    let mut out: Vec<Charge> = Vec::new();
+    for _ in 0..n {
+        let key = rng.below(keys.len() as u64) as usize;
+        if distinct && out.iter().any(|c| c.key == key) {
+            continue;
+        }
+        let p = keys[key];
+        let cap = p.usage_cap();
+        let cost = rng.pick(&[
+            0,
+            1,
+            1,
+            1,
+            2,
+            3,
+            p.capacity(),
+            p.capacity() + 1,
+            cap,
+            cap + 5,
+        ]);
+        let role = match rng.below(10) {
+            0..=6 => Role::Enforced,
+            7 => Role::Shadow,
+            _ => Role::Quota {
+                descriptor: rng.below(2) as u32,
+            },
+        };
+        out.push(Charge { key, cost, role });
+    }
+    let quota = out
+        .iter()
+        .filter_map(|c| match c.role {
+            Role::Quota { descriptor } => Some(descriptor as usize + 1),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    // The request may have quota descriptors in other groups too.
+    let quota_descriptors = quota + rng.below(2) as usize * usize::from(quota > 0);
+    (out, quota_descriptors)
+}
+
+/// A call's group as the Redis store builds it: a spec per charge, the distinct keys in order
+/// of first use.
+fn group(prefix: &str, keys: &[LimitParams], charges: &[Charge]) -> (Group, Vec<Spec<'static>>) {
+    let specs: Vec<Spec<'static>> = charges
+        .iter()
+        .map(|c| Spec {
+            key: format!("{prefix}k{}", c.key).into(),
+            params: keys[c.key],
+            cost: c.cost,
+            role: c.role,
+            lease: 0,
+        })
+        .collect();
+    let mut group = Group {
+        keys: Vec::new(),
+        charges: (0..charges.len()).collect(),
+        key_of: Vec::new(),
+        shared: false,
+    };
+    for (i, c) in charges.iter().enumerate() {
+        let at = group.keys.iter().position(|&s| charges[s].key == c.key);
+        let at = at.unwrap_or_else(|| {
+            group.keys.push(i);
+            group.keys.len() - 1
+        });
+        group.key_of.push(at);
+    }
+    (group, specs)
+}
+
+type Answer = Vec<(ChargeOutcome, Landing)>;
+
+/// One call as both sides are asked it.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    charges: &'a [Charge],
+    g: &'a Group,
+    mode: Mode,
+    quota_descriptors: usize,
+    undo: &'a [Undo],
+    now: u64,
+}
+
+/// What the memory store does for the call: `batch::evaluate_and_report`, or a refund as its
+/// take-back runs it; `states` (per case key) takes what the call commits.
+fn rust_call(states: &mut [Option<State>], keys: &[LimitParams], call: &Asked<'_>) -> Answer {
+    let Asked {
+        charges,
+        g,
+        mode,
+        quota_descriptors,
+        undo,
+        now,
+    } = *call;
+    let key_of_counter: Vec<usize> = g.keys.iter().map(|&s| charges[s].key).collect();
+    let batch_charges: Vec<BatchCharge> = charges
+        .iter()
+        .zip(&g.key_of)
+        .map(|(c, &counter)| BatchCharge {
+            counter,
+            params: keys[c.key],
+            cost: c.cost,
+            role: c.role,
+        })
+        .collect();
+    if mode == Mode::TakeBack {
+        let mut finals: Vec<Option<State>> = key_of_counter
+            .iter()
+            .map(|&k| {
+                let mut s = states[k].clone();
+                refresh(&mut s, &keys[k], now);
+                s
+            })
+            .collect();
+        for (c, u) in batch_charges.iter().zip(undo) {
+            if u.take_back {
+                refund(&mut finals[c.counter], &c.params, u.landing, now);
+                states[key_of_counter[c.counter]] = finals[c.counter].clone();
+            }
+        }
+        let allowed: Vec<bool> = undo.iter().map(|u| u.allowed).collect();
+        let landings: Vec<Landing> = undo.iter().map(Undo::kept).collect();
+        let refs: Vec<&Option<State>> = finals.iter().collect();
+        let outcomes = batch::report(&refs, &batch_charges, &allowed, &landings, now, false);
+        return outcomes.into_iter().zip(landings).collect();
+    }
+    let mut counters: Vec<Counter> = key_of_counter
+        .iter()
+        .map(|&k| Counter::new(states[k].clone(), &keys[k], now))
+        .collect();
+    let batch_mode = BatchMode {
+        count_rejected: mode == Mode::CountRejected,
+        dry_run: mode == Mode::DryRun,
+    };
+    let (evaluated, outcomes) = batch::evaluate_and_report(
+        &mut counters,
+        &batch_charges,
+        now,
+        batch_mode,
+        quota_descriptors,
+    );
+    for (&k, counter) in key_of_counter.iter().zip(counters) {
+        if counter.commit {
+            states[k] = counter.after;
+        }
+    }
+    outcomes.into_iter().zip(evaluated.landings).collect()
+}
+
+/// Equal answers; a landing's marks only matter when it added something.
+fn same(lua: &Answer, rust: &Answer) -> bool {
+    lua.len() == rust.len()
+        && lua.iter().zip(rust).all(|((lo, ll), (ro, rl))| {
+            lo == ro && ll.added == rl.added && (ll.added == 0 || ll.mark == rl.mark)
+        })
+}
+
+struct Runner {
+    client: Client,
+    script: Script,
+    seed: u64,
+}
+
+impl Runner {
+    async fn lua_call(
+        &self,
+        g: &Group,
+        specs: &[Spec<'_>],
+        mode: Mode,
+        quota_descriptors: usize,
+        undo: &[Undo],
+        now: u64,
+    ) -> Result<Answer, String> {
+        let (keys, arg) = script::args(g, specs, Some(now as i64), mode, quota_descriptors, undo);
+        let reply: Value = self
+            .client
+            .evalsha(&self.script.sha, keys, vec![arg])
+            .await
+            .map_err(|e| e.to_string())?;
+        let numbers = script::unpack(&reply).map_err(|e| e.to_string())?;
+        let reply = script::parse_reply(g, &numbers).map_err(|e| e.to_string())?;
+        if reply.now != now as i64 {
+            return Err(format!("answered at {} for a call at {now}", reply.now));
+        }
+        Ok(reply.answer)
+    }
+
+    async fn lua_state(&self, key: &str, p: &LimitParams, now: u64) -> Option<State> {
+        let raw: Option<Vec<u8>> = self.client.get(key).await.expect("GET");
+        let mut state = raw.and_then(|raw| {
+            let decoded = decode_state(p, &raw);
+            assert!(decoded.is_some(), "{key} holds no {p:?} state: {raw:?}");
+            decoded
+        });
+        refresh(&mut state, p, now);
+        state
+    }
+
+    /// One case: Err(the story of the case up to the mismatch).
+    async fn case(&self, case: u64) -> Result<(), String> {
+        let mut rng = Rng(self.seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let prefix = format!("{{c{case}}}:");
+        let keys: Vec<LimitParams> = (0..1 + rng.below(3)).map(|_| limit(&mut rng)).collect();
+        let mut story = format!("keys: {keys:?}\n");
+        let mut states: Vec<Option<State>> = vec![None; keys.len()];
+        let mut now = T0 + rng.below(60 * S);
+        // The last call that may have landed something: its charges, quota and answers.
+        let mut last: Option<(Vec<Charge>, usize, Answer)> = None;
+        for step in 0..1 + rng.below(12) {
+            let window = keys[rng.below(keys.len() as u64) as usize].window_us;
+            let forward = rng.pick(&[0, 1, 999, 1_000, 61_000, 250_000, window / 2, window]);
+            now = match rng.below(20) {
+                0 => now - rng.pick(&[1, 1_000, 500_000]),
+                1 => now + window + 1,
+                2 => now + 2 * window,
+                _ => now + forward,
+            };
+            let refunding = last.is_some() && rng.chance(30);
+            let (charges, quota, mode, undo) = if refunding {
+                let (charges, quota, answer) = last.take().expect("a call to refund");
+                let undo: Vec<Undo> = answer
+                    .iter()
+                    .map(|(outcome, landing)| Undo {
+                        allowed: outcome.allowed,
+                        landing: *landing,
+                        // As the protocol asks: only what landed is taken back.
+                        take_back: landing.added > 0 && rng.chance(70),
+                    })
+                    .collect();
+                (charges, quota, Mode::TakeBack, undo)
+            } else {
+                let (charges, quota) = charges(&mut rng, &keys);
+                let mode = match rng.below(20) {
+                    0..=11 => Mode::Decide,
+                    12..=14 => Mode::CountRejected,
+                    _ => Mode::DryRun,
+                };
+                (charges, quota, mode, Vec::new())
+            };
+            let (g, specs) = group(&prefix, &keys, &charges);
+            let _ = writeln!(
+                story,
+                "call {step} at T0+{}: {mode:?}, quota descriptors {quota}, {charges:?}, undo {undo:?}",
+                now as i64 - T0 as i64
+            );
+            let lua = self.lua_call(&g, &specs, mode, quota, &undo, now).await;
+            let asked = Asked {
+                charges: &charges,
+                g: &g,
+                mode,
+                quota_descriptors: quota,
+                undo: &undo,
+                now,
+            };
+            let rust = rust_call(&mut states, &keys, &asked);
+            let lua = match lua {
+                Ok(lua) if same(&lua, &rust) => lua,
+                other => {
+                    return Err(format!(
+                        "{story}the answers differ:\n  lua:  {other:?}\n  rust: {rust:?}"
+                    ))
+                }
+            };
+            for (k, p) in keys.iter().enumerate() {
+                let key = format!("{prefix}k{k}");
+                let in_lua = self.lua_state(&key, p, now).await;
+                let mut in_rust = states[k].clone();
+                refresh(&mut in_rust, p, now);
+                if in_lua != in_rust {
+                    return Err(format!(
+                        "{story}key k{k} is left in another state:\n  lua:  {in_lua:?}\n  rust: {in_rust:?}"
+                    ));
+                }
+            }
+            if mode != Mode::TakeBack {
+                last = Some((charges, quota, lua));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_script_answers_and_stores_what_the_rust_algorithms_do() {
+    let server = tokio::task::block_in_place(RedisServer::start);
+    let config = Config::from_url(&server.url()).expect("fred config");
+    let client = Client::new(config, None, None, None);
+    client.init().await.expect("connect");
+    let script = match std::env::var("TOLLGATE_SCRIPT_LUA") {
+        Ok(path) => {
+            let lua = std::fs::read_to_string(&path).expect("TOLLGATE_SCRIPT_LUA is readable");
+            Script {
+                sha: fred::util::sha1_hash(&lua),
+                lua: Box::leak(lua.into_boxed_str()),
+            }
+        }
+        Err(_) => Script::tollgate(),
+    };
+    let _: String = client.script_load(script.lua).await.expect("SCRIPT LOAD");
+    let seed = std::env::var("TOLLGATE_SCRIPT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock after 1970")
+                .as_nanos() as u64
+        });
+    let cases: u64 = std::env::var("TOLLGATE_SCRIPT_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000);
+    let runner = Runner {
+        client,
+        script,
+        seed,
+    };
+    for case in 0..cases {
+        if let Err(story) = runner.case(case).await {
+            panic!("case {case} of seed {seed} (TOLLGATE_SCRIPT_SEED={seed} replays it):\n{story}");
+        }
+    }
+}
