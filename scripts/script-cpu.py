@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Redis CPU per call of lua/tollgate.lua (INFO commandstats), script against script.
+
+Starts its own redis-server on a free port, then for each scenario and round runs every
+script given on the same calls (alternating, so drift hits all alike): 40,000 EVALSHAs
+pipelined 100 deep over 10,000 tenants, Redis TIME as the clock, and prints the µs per call
+Redis reports. Scenarios: one fixed-window charge, one sliding-window charge, one
+token-bucket charge, and scenario (c) of scripts/bench.sh on one node (five fixed-window
+charges, one per key: tenant, the shared global, tenant+model, key, d0).
+
+  python3 scripts/script-cpu.py lua/tollgate.lua [OTHER.lua ...] [--rounds 3] [--calls 40000]
+
+The argument layout is the script's header (src/store/redis/script.rs writes it).
+"""
+
+import argparse
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+FIXED, SLIDING, BUCKET = 0, 1, 2
+MINUTE, SECOND = 60_000_000, 1_000_000
+
+
+def pack(charges):
+    """One call's packed numbers: now (-1: Redis TIME), keys, mode 0, no quota, charges."""
+    nums = [-1, len(charges), 0, 0, len(charges)]
+    for i, (alg, limit, window, burst) in enumerate(charges):
+        nums += [i + 1, alg, limit, window, burst, 0, 1, 0]
+    return struct.pack("<%dd" % len(nums), *nums)
+
+
+SCENARIOS = {
+    "fixed window, 1 charge": [(FIXED, 4_000_000_000, SECOND, 4_000_000_000)],
+    "sliding window, 1 charge": [(SLIDING, 4_000_000_000, MINUTE, 4_000_000_000)],
+    "token bucket, 1 charge": [(BUCKET, 1_000_000, SECOND, 4_000_000)],
+    "(c) 5 fixed-window charges": [(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)] * 3
+    + [(FIXED, 4_000_000_000, SECOND, 4_000_000_000)] * 2,
+}
+
+
+def resp(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Conn:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self.f = self.s.makefile("rb")
+
+    def reply(self):
+        line = self.f.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind in (b"+", b":"):
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.f.read(n + 2)[:-2]
+            return data
+        if kind == b"*":
+            return [self.reply() for _ in range(int(rest))]
+        raise RuntimeError("unexpected reply %r" % line)
+
+    def call(self, *args):
+        self.s.sendall(resp(*args))
+        return self.reply()
+
+    def pipeline(self, commands):
+        self.s.sendall(b"".join(resp(*c) for c in commands))
+        return [self.reply() for _ in commands]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def usec_per_call(conn):
+    for line in conn.call("INFO", "commandstats").decode().splitlines():
+        if line.startswith("cmdstat_evalsha:"):
+            fields = dict(kv.split("=") for kv in line.split(":", 1)[1].split(","))
+            return float(fields["usec"]) / int(fields["calls"])
+    raise RuntimeError("no EVALSHA ran")
+
+
+def run(conn, sha, charges, calls, depth=100, tenants=10_000):
+    conn.call("FLUSHALL")
+    conn.call("CONFIG", "RESETSTAT")
+    packed = pack(charges)
+    n = len(charges)
+    for start in range(0, calls, depth):
+        batch = []
+        for i in range(start, min(start + depth, calls)):
+            t = i % tenants
+            keys = ["{t%d}:%d" % (t, j) for j in range(n)]
+            batch.append(("EVALSHA", sha, str(n), *keys, packed))
+        for r in conn.pipeline(batch):
+            if not (isinstance(r, bytes) and r.startswith(b"=")):
+                raise RuntimeError("unexpected reply %r" % (r,))
+    return usec_per_call(conn)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scripts", nargs="+")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=40_000)
+    a = ap.parse_args()
+    port = free_port()
+    work = tempfile.mkdtemp(prefix="script-cpu.")
+    try:
+        server = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+             "--dir", work],
+            stdout=subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        sys.exit("script-cpu.py: redis-server is not on the PATH (apt-get install redis-server)")
+    try:
+        for _ in range(100):
+            try:
+                conn = Conn(port)
+                conn.call("PING")
+                break
+            except OSError:
+                time.sleep(0.05)
+        shas = [conn.call("SCRIPT", "LOAD", open(p).read()).decode() for p in a.scripts]
+        print("| scenario | " + " | ".join(os.path.basename(p) for p in a.scripts) + " |")
+        print("|---|" + "---|" * len(a.scripts))
+        for name, charges in SCENARIOS.items():
+            results = [[] for _ in a.scripts]
+            for _ in range(a.rounds):
+                for i, sha in enumerate(shas):
+                    results[i].append(run(conn, sha, charges, a.calls))
+            cells = ["–".join("%.2f" % v for v in (min(r), max(r))) for r in results]
+            print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
+    finally:
+        server.kill()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
