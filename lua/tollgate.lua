@@ -1,25 +1,30 @@
--- tollgate: decide, or undo, the charges of one placement group of a request, atomically (or
--- of a batch of them, each on its own; see the end of this comment).
+-- tollgate: decide, or refund, the charges of one placement group of a request, atomically
+-- (or of a batch of them, each on its own; see the end of this comment).
 --
--- This is src/algorithm (batch::evaluate and the three algorithms) written in Lua, step by
--- step; the differential test runs random requests through both and compares every answer and
--- the state left behind. Times are microseconds. Every number stays an integer below 2^53
--- (config validation and --max-hits bound the inputs; see docs/semantics.md).
+-- This is src/algorithm (batch::evaluate and the three algorithms) written in Lua: each
+-- algorithm's read, fit, landing, refund and answers written once, and two drivers over them
+-- (direct() for the common call, general() for every call). The script-level differential
+-- test (tests/behaviour/script.rs) runs generated calls through this script and through the
+-- Rust functions and compares every answer and, decoded field by field, the state left behind.
+-- Times are microseconds. Every number stays an integer below 2^53 (config validation and
+-- --max-hits bound the inputs; see docs/semantics.md).
 --
 -- KEYS: the group's distinct counter keys, each charged at least once (on a cluster they share
 -- one hash tag, so one slot; on one node a group is the whole request).
 -- ARGV[1]: every number of the call, packed as little-endian doubles (struct '<d'; each an
 --   integer below 2^53, so exact), which spares Redis an argument string per number and the
---   script a tonumber each:
---   now in µs, or -1 to use Redis TIME (so replicas with skewed clocks agree); the number of
---   KEYS; mode: 0 decide; 1 count rejected (every charge lands, as envoyproxy/ratelimit);
---   2 dry run (answer, write nothing); 3 refund (undo landed charges, then answer); quota
---   descriptors in the whole request; n, the number of charges; then 8 per charge: key index
---   (1-based into KEYS), algorithm (0 fixed window, 1 sliding window, 2 token bucket), limit,
---   window_us, burst, overdraft (0|1), cost, role (0 enforced, 1 shadow, 2 + d quota of
---   request descriptor d).
---   In refund mode 5 more per charge, after all of those: allowed (0|1, as decided), kept
---   (units that stay landed), undo (units to take back), mark1, mark2.
+--   script a tonumber each. The counts and codes are src/store/redis/script.rs's `layout`; a
+--   test reads the `local` lines below that name them and fails when the two drift.
+--   CALL_NUMBERS numbers first: now in µs (-1: use Redis TIME, so replicas with skewed clocks
+--   agree), the number of KEYS, the mode, the quota descriptors of the whole request, n (the
+--   number of charges). Then CHARGE_NUMBERS per charge: key index (1-based into KEYS),
+--   algorithm, limit, window_us, burst, overdraft (0|1), cost, role (ENFORCED, SHADOW, or
+--   QUOTA + d for quota descriptor d of the request). In REFUND mode REFUND_NUMBERS more per
+--   charge, after all of those: allowed (0|1, as decided), kept (units that stay landed),
+--   amount (units to refund), mark1, mark2.
+-- Modes: DECIDE (all-or-nothing); COUNT_REJECTED (every charge lands, as
+--   envoyproxy/ratelimit); DRY_RUN (answer, write nothing); REFUND (refund landed charges,
+--   then answer as things stand).
 --
 -- Returns "=" then, packed the same way, now and 6 numbers per charge: allowed (0|1),
 -- remaining, wait_us (-1 = never), added (units this request left in the counter), mark1,
@@ -32,12 +37,17 @@
 -- <us, frac, born, seq, dropped> then <seq, debt_us, debt_frac>* (tat = us + frac / limit; the
 -- debts later charges found).
 --
--- A sliding window holds up to 1,000 granules (16 KB). Its common case (peek() then slid(),
--- for enforced charges each on its own key) reads and writes only the bytes it needs with
--- GETRANGE, SETRANGE and APPEND: the header, the entries it forgets, the newest. It never has
--- Redis copy the whole log, nor Lua build a string of its size: many near-identical long
--- strings make Lua's string interning compare each new one with the others byte by byte,
--- which made a hot key's cost grow with its log.
+-- A sliding window holds up to 1,000 granules (16 KB). Deciding reads and writes only the
+-- bytes it needs with GETRANGE, SETRANGE and APPEND: the header, the entries it forgets, the
+-- newest. It never has Redis copy the whole log, nor Lua build a string of its size: many
+-- near-identical long strings make Lua's string interning compare each new one with the
+-- others byte by byte, which made a hot key's cost grow with its log. Only a refund rewrites it.
+--
+-- Redis runs this body on every call, so every function below is made anew each time, and
+-- each looks its upvalues up among the body's: that, not the arithmetic, is most of a short
+-- call's cost (BENCHMARKS.md, "Redis CPU per script call"). So the windows' functions take
+-- and return plain numbers and the common call (direct()) needs no others; build() makes the
+-- general driver and the token bucket only for a call that needs them.
 --
 -- A batch (many requests' calls in one EVALSHA, each decided on its own as above): two or
 -- more arguments, one per call, each laid out as ARGV[1] above; KEYS holds every call's keys,
@@ -45,40 +55,83 @@
 -- failed (a failed call does not stop the others; what it wrote before failing stays, as for
 -- a single call).
 
--- The call being decided: its offset into KEYS, its packed numbers, and its arguments.
-local KO, P = 0, ''
-local now, nkeys, mode, deciding, count_rejected, dry, refunding, quota_total, n, charges
--- The layout's counts and codes: src/store/redis/script.rs `layout` holds them, and a test
--- there reads these lines and fails when the two drift. Numbers per call before its charges
--- (now, the number of keys, mode, quota descriptors, n), per charge, per refunded charge.
+-- The layout (src/store/redis/script.rs `layout`).
 local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 5, 8, 5
 local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND = 0, 1, 2, 3
--- Where the first charge starts in P (1-based), and the size of a charge and of a refund.
-local FIRST, CHARGE, UNDO = 8 * CALL_NUMBERS + 1, 8 * CHARGE_NUMBERS, 8 * REFUND_NUMBERS
+local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET = 0, 1, 2
+local ENFORCED, SHADOW, QUOTA = 0, 1, 2
+-- Where the first charge starts in a call's numbers (1-based), and the size of a charge and
+-- of a refund.
+local FIRST, CHARGE, REFUNDED = 8 * CALL_NUMBERS + 1, 8 * CHARGE_NUMBERS, 8 * REFUND_NUMBERS
+
 -- Redis TIME, read once per script run.
 local clock
--- The general code's functions: build() (defined below) makes them on the first call that
--- needs them.
+-- The general driver and the token bucket, made by build() for the first call that needs them.
 local build, built
 
-local DEBT_CAP_FACTOR = 100
-local HISTORY = 8
--- A sliding window's header <total, head>; how many bytes of entries peek() reads at a time;
--- forgotten bytes slid() lets pile up before it rewrites the log (and only once they outnumber
--- the live ones).
+-- A sliding window's header <total, head>; how many bytes of entries are read at a time;
+-- forgotten bytes a landing lets pile up before it rewrites the log (and only once they
+-- outnumber the live ones).
 local HEADER, CHUNK, COMPACT = 16, 256, 4096
--- Keys outlive their state by this much, so a key never disappears while a clock a little
--- behind (another instance's, with --clock local) still counts its state live.
-local TTL_SLACK_MS = 1000
 
+-- The call being decided: its offset into KEYS, its packed numbers, its mode and time. Most
+-- functions capture these, `now` above all: declared last, they are found first when each
+-- function is made.
+local KO, P, nkeys, mode, quota_total, n
+local now
+
+-- Keys outlive their state by 1 s, so a key never disappears while a clock a little behind
+-- (another instance's, with --clock local) still counts its state live.
 local function ttl_ms(expires)
-  return math.max(math.ceil((expires - now) / 1000), 0) + TTL_SLACK_MS
+  return math.max(math.ceil((expires - now) / 1000), 0) + 1000
 end
 
--- A sliding window's log as it stands (see the top), reading only the bytes it needs: the
--- total of its live entries, where they start, the log's length, and its newest entry (nil
--- when none is live). Forgets nothing in Redis: slid() writes what it forgot when it lands.
-local function peek(key, window)
+---------------------------------------------------------------- fixed window: <count, end>
+
+-- Its count and end, or 0, 0 when it has none (or it has ended).
+local function fixed_read(key)
+  local raw = redis.call('GET', key)
+  if raw then
+    local count, stop = struct.unpack('<dd', raw)
+    if stop > now then return count, stop end
+  end
+  return 0, 0
+end
+
+-- Writes `added` (> 0) onto a window holding count until stop (0: none, so the current
+-- window starts); returns its count and end, which is the landing's mark.
+local function fixed_land(key, window, count, stop, added)
+  count = count + added
+  if stop == 0 then
+    stop = now - (now % window) + window
+    redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
+  else
+    -- The window's key already expires at its end plus the slack: keep that expiry
+    -- (KEEPTTL spares Redis a new one, ~20% of this call's cost).
+    redis.call('SET', key, struct.pack('<dd', count, stop), 'KEEPTTL')
+  end
+  return count, stop
+end
+
+-- What a charge waits for: allowed, until the limit is whole (the window's end; an untouched
+-- window still reports its end); denied, until k fits (never over the limit; otherwise now, or
+-- when the window ends).
+local function fixed_wait(limit, window, count, stop, allowed, k)
+  if allowed then
+    if stop > 0 then return math.max(stop - now, 0) end
+    return window - (now % window)
+  end
+  if k > limit then return -1 end
+  if count + k <= limit or stop == 0 then return 0 end
+  return math.max(stop - now, 0)
+end
+
+---------------------------------------------------------------- sliding window: a log
+
+-- Its log as it stands, reading only the bytes it needs: the total of its live entries, where
+-- they start, the log's length, and its newest entry (nil when none is live). Forgets nothing
+-- in Redis: a landing writes what was forgotten.
+local function sliding_read(key, window)
   local total, head, len = 0, HEADER, HEADER
   -- The last chunk of entries read, and where it starts.
   local chunk, from
@@ -86,7 +139,6 @@ local function peek(key, window)
   if #header == HEADER then
     total, head = struct.unpack('<dd', header)
     len = redis.call('STRLEN', key)
-    -- Forget what has left the window, a chunk of entries at a time.
     local live = false
     while head < len and not live do
       from = head
@@ -111,372 +163,259 @@ local function peek(key, window)
   return total, head, len, lt, lc
 end
 
--- The answer (6 numbers, packed) to one enforced charge (no overdraft) on the sliding window
--- that peek() read; the charge lands when land is true (it fits, and so does the rest of its
--- group). What the general code below answers for it, reading and writing only the bytes it
--- needs.
-local function slid(key, limit, window, cost, total, head, len, lt, lc, land)
-  local k = math.max(cost, 1)
-  if total + k > limit then
-    -- Denied: nothing lands. A cost over the limit never fits; otherwise (then the window
-    -- holds charges) it fits once enough of the oldest usage has left.
-    local wait = -1
-    if k <= limit then
-      local need, freed, pos = total + k - limit, 0, head
-      while pos < len and freed < need do
-        local chunk = redis.call('GETRANGE', key, pos, pos + CHUNK - 1)
-        for i = 1, #chunk, 16 do
-          local t, c = struct.unpack('<dd', chunk, i)
-          freed = freed + c
-          wait = math.max(t + window - now, 0)
-          if freed >= need then break end
-        end
-        pos = pos + #chunk
-      end
-    end
-    return struct.pack('<dddddd', 0, math.max(limit - total, 0), wait, 0, 0, 0)
-  end
-  if cost == 0 or not land then
-    local wait = 0
-    if lt then wait = math.max(lt + window - now, 0) end
-    return struct.pack('<dddddd', 1, limit - total, wait, 0, 0, 0)
-  end
+-- Where a landing goes: the granule (window / 1000, at least 1 ms) of max(now, the newest
+-- stamp), so stamps only grow; and that granule's length.
+local function sliding_mark(window, lt)
   local g = math.max(math.floor(window / 1000), 1000)
-  total = total + cost
   local at = now
   if lt then at = math.max(now, lt) end
-  local granule = math.floor(at / g)
+  return math.floor(at / g), g
+end
+
+-- Writes `added` (> 0) into the log sliding_read() read; returns its total, head, len and
+-- newest entry as they are then, and the granule it landed in (the landing's mark).
+local function sliding_land(key, window, total, head, len, lt, lc, added)
+  local granule, g = sliding_mark(window, lt)
   local stamp = granule * g + g - 1
+  total = total + added
   if not lt then
     -- A new key, or everything in it has left the window: start afresh.
-    redis.call('SET', key, struct.pack('<dddd', total, HEADER, stamp, cost), 'PX',
+    redis.call('SET', key, struct.pack('<dddd', total, HEADER, stamp, added), 'PX',
       ttl_ms(stamp + window))
+    return total, HEADER, HEADER + 16, stamp, added, granule
+  end
+  if math.floor(lt / g) == granule then
+    -- Into the newest entry: the log's expiry stays.
+    lc = lc + added
+    redis.call('SETRANGE', key, len - 16, struct.pack('<dd', lt, lc))
   else
-    if math.floor(lt / g) == granule then
-      -- Into the newest entry: the log's expiry stays.
-      stamp = lt
-      redis.call('SETRANGE', key, len - 16, struct.pack('<dd', lt, lc + cost))
-    else
-      redis.call('APPEND', key, struct.pack('<dd', stamp, cost))
-      len = len + 16
-      redis.call('PEXPIRE', key, ttl_ms(stamp + window))
-    end
-    if head - HEADER >= COMPACT and head - HEADER >= len - head then
-      local entries = redis.call('GETRANGE', key, head, len - 1)
-      redis.call('SET', key, struct.pack('<dd', total, HEADER) .. entries, 'KEEPTTL')
-    else
-      redis.call('SETRANGE', key, 0, struct.pack('<dd', total, head))
-    end
+    redis.call('APPEND', key, struct.pack('<dd', stamp, added))
+    len, lt, lc = len + 16, stamp, added
+    redis.call('PEXPIRE', key, ttl_ms(stamp + window))
   end
-  return struct.pack('<dddddd', 1, limit - total, math.max(stamp + window - now, 0), cost,
-    granule, 0)
+  if head - HEADER >= COMPACT and head - HEADER >= len - head then
+    local entries = redis.call('GETRANGE', key, head, len - 1)
+    redis.call('SET', key, struct.pack('<dd', total, HEADER) .. entries, 'KEEPTTL')
+    return total, HEADER, HEADER + #entries, lt, lc, granule
+  end
+  redis.call('SETRANGE', key, 0, struct.pack('<dd', total, head))
+  return total, head, len, lt, lc, granule
 end
 
--- A fixed window's counter: its count and end, or 0, 0 when it has none (or it has ended).
-local function counter(key)
-  local raw = redis.call('GET', key)
-  if raw then
-    local count, stop = struct.unpack('<dd', raw)
-    if stop > now then return count, stop end
+-- What a charge waits for: allowed, until the newest charge leaves the window; denied, until
+-- k fits (never over the limit; otherwise now, or once enough of the oldest usage has left).
+local function sliding_wait(key, limit, window, total, head, len, lt, allowed, k)
+  if allowed then
+    if lt then return math.max(lt + window - now, 0) end
+    return 0
   end
-  return 0, 0
+  if k > limit then return -1 end
+  local need, freed, wait, pos = total + k - limit, 0, 0, head
+  while pos < len and freed < need do
+    local chunk = redis.call('GETRANGE', key, pos, pos + CHUNK - 1)
+    for i = 1, #chunk, 16 do
+      local t, c = struct.unpack('<dd', chunk, i)
+      freed = freed + c
+      wait = math.max(t + window - now, 0)
+      if freed >= need then break end
+    end
+    pos = pos + #chunk
+  end
+  return wait
 end
 
--- The answer (6 numbers, packed) to one enforced charge (no overdraft) on a fixed window that
--- holds count until stop (0: no window yet); the charge lands when land is true (it fits, and
--- so does the rest of its group).
-local function settle(key, limit, window, cost, count, stop, land)
+---------------------------------------------------------------- the common call
+
+-- A window counter as its read function reads it: used, then a fixed window's stop, or a
+-- sliding window's head, len and newest entry.
+local function window_read(key, alg, window)
+  if alg == FIXED_WINDOW then
+    local count, stop = fixed_read(key)
+    return count, stop
+  end
+  local total, head, len, lt, lc = sliding_read(key, window)
+  return total, 0, head, len, lt, lc
+end
+
+-- The answer to an enforced window charge (no overdraft) on its own key, from what
+-- window_read() read; it lands when `lands` (it fits, and so does the rest of its call).
+local function settle(key, alg, limit, window, cost, used, stop, head, len, lt, lc, lands)
   local k = math.max(cost, 1)
-  local wait
-  if stop > 0 then wait = stop - now else wait = window - (now % window) end
-  if land and cost > 0 then
-    count = count + cost
-    if stop == 0 then
-      stop = now - (now % window) + window
-      wait = stop - now
-      redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
-    else
-      -- The window's key already expires at its end plus the slack: keep that expiry
-      -- (KEEPTTL spares Redis a new one, ~20% of this call's cost).
-      redis.call('SET', key, struct.pack('<dd', count, stop), 'KEEPTTL')
+  local allowed, added, mark, wait = lands or used + k <= limit, 0, 0, 0
+  if alg == FIXED_WINDOW then
+    if lands and cost > 0 then
+      used, stop = fixed_land(key, window, used, stop, cost)
+      added, mark = cost, stop
     end
-    return struct.pack('<dddddd', 1, limit - count, wait, cost, stop, 0)
+    wait = fixed_wait(limit, window, used, stop, allowed, k)
+  else
+    if lands and cost > 0 then
+      used, head, len, lt, lc, mark = sliding_land(key, window, used, head, len, lt, lc, cost)
+      added = cost
+    end
+    wait = sliding_wait(key, limit, window, used, head, len, lt, allowed, k)
   end
-  if count + k <= limit then
-    return struct.pack('<dddddd', 1, limit - count, wait, 0, 0, 0)
-  end
-  -- Denied: nothing lands. A cost over the limit can never fit; otherwise (then the window
-  -- holds charges) it fits once the window ends.
-  if k > limit then wait = -1 end
-  return struct.pack('<dddddd', 0, math.max(limit - count, 0), wait, 0, 0, 0)
+  return struct.pack('<dddddd', allowed and 1 or 0, math.max(limit - used, 0), wait, added,
+    mark, 0)
 end
 
--- The common case first: one enforced charge (no overdraft) on a fixed or sliding window,
--- deciding or (dry) only evaluating. A dry run is the common call on a hot shared limit once
--- a request is sure to be denied. This is what the general code below answers for it, without
--- its tables; the differential test holds the two (and Rust) to the same answers and state.
-local function fast()
-  if n ~= 1 or not (deciding or dry) then return nil end
-  local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
-  if overdraft ~= 0 or role ~= 0 or alg > 1 then return nil end
-  local key, k = KEYS[KO + ki], math.max(cost, 1)
-  if alg == 1 then
-    local total, head, len, lt, lc = peek(key, window)
+-- Enforced window charges (no overdraft), each on its own key, deciding or (dry) only
+-- evaluating: one charge, the group of a hierarchical limit (per tenant, per tenant and
+-- model), or on one Redis node a whole request. What general() answers for them, without its
+-- per-key tables and verdict: read every counter, then every charge lands or (one does not
+-- fit) none does. nil for any other call. Every key of a call has a charge, so as many keys as
+-- charges means one charge per key.
+local function direct()
+  if nkeys ~= n or not (mode == DECIDE or mode == DRY_RUN) then return nil end
+  if n == 1 then
+    -- The commonest call of all, with no table.
+    local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
+    if overdraft ~= 0 or role ~= ENFORCED or alg == TOKEN_BUCKET then return nil end
+    local key = KEYS[KO + ki]
+    local used, stop, from, len, lt, lc = window_read(key, alg, window)
+    local lands = mode == DECIDE and used + math.max(cost, 1) <= limit
     return '=' .. struct.pack('<d', now) ..
-      slid(key, limit, window, cost, total, head, len, lt, lc, not dry and total + k <= limit)
+      settle(key, alg, limit, window, cost, used, stop, from, len, lt, lc, lands)
   end
-  local count, stop = counter(key)
-  return '=' .. struct.pack('<d', now) ..
-    settle(key, limit, window, cost, count, stop, not dry and count + k <= limit)
-end
-
--- Enforced charges (no overdraft), each on its own key, deciding or (dry) only evaluating:
--- the group of a hierarchical limit (per tenant, per tenant and model), or on one Redis node a
--- whole request. What the general code below answers for them, without its per-key maps,
--- copies and verdict: read every counter, then every charge lands or (one does not fit) none
--- does. Fixed and sliding windows take counter() and peek() (no table per charge); a token
--- bucket, the general code's functions. Per charge, in one flat table of STRIDE slots: key
--- index, algorithm, limit, window, cost, then what counter() or peek() read (the count or
--- total first), or a token bucket's parameters and state. Every key of a call has a charge, so
--- as many keys as charges means one charge per key.
-local STRIDE = 10
-local function several()
-  if not (deciding or dry) or nkeys ~= n then return nil end
-  local v = {}
+  local charges = {}
+  local all = mode == DECIDE
   for i = 1, n do
     local ki, alg, limit, window, _, overdraft, cost, role =
       struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-    if overdraft ~= 0 or role ~= 0 then return nil end
-    local b = STRIDE * (i - 1)
-    v[b + 1], v[b + 2], v[b + 3], v[b + 4], v[b + 5] = ki, alg, limit, window, cost
+    if overdraft ~= 0 or role ~= ENFORCED or alg == TOKEN_BUCKET then return nil end
+    local ch = { key = KEYS[KO + ki], alg = alg, limit = limit, window = window, cost = cost,
+      used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0 }
+    ch.used, ch.stop, ch.head, ch.len, ch.lt, ch.lc = window_read(ch.key, alg, window)
+    if ch.used + math.max(cost, 1) > limit then all = false end
+    charges[i] = ch
   end
-  local all = not dry
+  local out = { '=' .. struct.pack('<d', now) }
   for i = 1, n do
-    local b = STRIDE * (i - 1)
-    local key, alg = KEYS[KO + v[b + 1]], v[b + 2]
-    local fits
-    if alg == 2 then
-      if built == nil then built = build() end
-      v[b + 6], v[b + 7], fits = built.bucket(i, key)
-    else
-      if alg == 0 then
-        v[b + 6], v[b + 7] = counter(key)
-      else
-        v[b + 6], v[b + 7], v[b + 8], v[b + 9], v[b + 10] = peek(key, v[b + 4])
-      end
-      fits = v[b + 6] + math.max(v[b + 5], 1) <= v[b + 3]
-    end
-    if not fits then all = false end
-  end
-  local out = { '=', struct.pack('<d', now) }
-  for i = 1, n do
-    local b = STRIDE * (i - 1)
-    local key, alg = KEYS[KO + v[b + 1]], v[b + 2]
-    if alg == 0 then
-      out[i + 2] = settle(key, v[b + 3], v[b + 4], v[b + 5], v[b + 6], v[b + 7], all)
-    elseif alg == 1 then
-      out[i + 2] = slid(key, v[b + 3], v[b + 4], v[b + 5], v[b + 6], v[b + 7], v[b + 8],
-        v[b + 9], v[b + 10], all)
-    else
-      out[i + 2] = built.bucket_answer(key, v[b + 6], v[b + 7], all)
-    end
+    local ch = charges[i]
+    out[i + 1] = settle(ch.key, ch.alg, ch.limit, ch.window, ch.cost, ch.used, ch.stop, ch.head,
+      ch.len, ch.lt, ch.lc, all)
   end
   return table.concat(out)
 end
 
--- Everything else: closures over the call state, made on the first call that needs them.
+---------------------------------------------------------------- every call
+
 build = function()
-  -- Integer division of non-negative integers held in doubles, exact below 2^53.
-  local function idiv(a, b)
-    local q = math.floor(a / b)
-    local r = a - q * b
-    if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
-    return q, r
+  -- A token bucket's history: entries kept, and each one's size <seq, debt_us, debt_frac>.
+  local HISTORY, HIST = 8, 24
+  -- Usage stops adding at this many times a limit's capacity (limit::DEBT_CAP_FACTOR + 1).
+  local CAP = 101
+
+  -- Where a fixed-window landing goes: the window's end (a new window's when there is none).
+  local function fixed_mark(window, stop)
+    if stop > 0 then return stop end
+    return now - (now % window) + window
   end
 
-  local function usage_cap(c)
-    return c.burst * (DEBT_CAP_FACTOR + 1)
-  end
-
-  -- check_cost: overdraft asks "anything left?"; check-only asks the same, except under count
-  -- rejected, where it fits while usage has not gone past the limit.
-  local function check_cost(c)
-    if c.overdraft then return 1 end
-    if c.cost == 0 and count_rejected then return 0 end
-    return math.max(c.cost, 1)
-  end
-
-  ---------------------------------------------------------------- token bucket: time pairs
-  -- A time is a pair us, frac meaning us + frac / limit, 0 <= frac < limit. The functions
-  -- below take and return a pair as two numbers (no table per step of the arithmetic).
-
-  local function pnorm(c, us, frac)
-    local q, r = idiv(frac, c.limit)
-    return us + q, r
-  end
-
-  local function padd(c, au, af, bu, bf) return pnorm(c, au + bu, af + bf) end
-
-  local function psub(c, au, af, bu, bf)
-    local us, frac = au - bu, af - bf
-    if frac < 0 then frac = frac + c.limit; us = us - 1 end
-    return us, frac
-  end
-
-  local function pcmp(au, af, bu, bf)
-    if au ~= bu then return au < bu and -1 or 1 end
-    if af ~= bf then return af < bf and -1 or 1 end
-    return 0
-  end
-
-  -- k units of time: k * window / limit.
-  local function ptimes(c, k)
-    local q, r = idiv(k * c.r, c.limit)
-    return k * c.q + q, r
-  end
-
-  -- The debt a bucket holds now (how far its tat is ahead of now), never below zero.
-  local function tdebt(s, c)
-    if s == nil then return 0, 0 end
-    local du, df = psub(c, s.tu, s.tf, now, 0)
-    if du < 0 then return 0, 0 end
-    return du, df
-  end
-
-  -- Whole units a debt stands for, rounded up: the smallest u with u * T >= d.
-  local function tunits(c, du, df)
-    local u = math.floor((du + df / c.limit) * c.limit / c.window)
-    if u < 0 then u = 0 end
-    while true do
-      local pu, pf = ptimes(c, u)
-      if pcmp(pu, pf, du, df) >= 0 then break end
-      u = u + 1
+  local function buckets()
+    -- Integer division of non-negative integers held in doubles, exact below 2^53.
+    local function idiv(a, b)
+      local q = math.floor(a / b)
+      local r = a - q * b
+      if r < 0 then q = q - 1; r = r + b elseif r >= b then q = q + 1; r = r - b end
+      return q, r
     end
-    while u > 0 do
-      local pu, pf = ptimes(c, u - 1)
-      if pcmp(pu, pf, du, df) < 0 then break end
-      u = u - 1
+
+    local function padd(p, au, af, bu, bf)
+      local q, r = idiv(af + bf, p.limit)
+      return au + bu + q, r
     end
-    return u
-  end
 
-  local function pceil(du, df)
-    if df > 0 then return du + 1 end
-    return du
-  end
+    local function psub(p, au, af, bu, bf)
+      local us, frac = au - bu, af - bf
+      if frac < 0 then frac = frac + p.limit; us = us - 1 end
+      return us, frac
+    end
 
-  -- A token bucket's history (the debts recent charges found, oldest first) stays packed:
-  -- <seq, debt_us, debt_frac> per entry.
-  local HIST = 24
+    local function pcmp(au, af, bu, bf)
+      if au ~= bu then return au < bu and -1 or 1 end
+      if af ~= bf then return af < bf and -1 or 1 end
+      return 0
+    end
 
-  ---------------------------------------------------------------- state: load, encode
+    -- k units of time: k * window / limit.
+    local function ptimes(p, k)
+      local q, r = idiv(k * p.r, p.limit)
+      return k * p.q + q, r
+    end
 
-  local function decode(raw, c)
-    if c.alg == 'f' then
-      local count, stop = struct.unpack('<dd', raw)
-      return { count = count, stop = stop }
-    elseif c.alg == 't' then
+    local function pceil(du, df)
+      if df > 0 then return du + 1 end
+      return du
+    end
+
+    -- The debt a bucket holds now (how far its tat is ahead of now), never below zero.
+    local function debt(s, p)
+      if s == nil then return 0, 0 end
+      local du, df = psub(p, s.tu, s.tf, now, 0)
+      if du < 0 then return 0, 0 end
+      return du, df
+    end
+
+    -- Whole units a debt stands for, rounded up: the smallest u with u * T >= d.
+    local function units(p, du, df)
+      local u = math.max(math.floor((du + df / p.limit) * p.limit / p.window), 0)
+      while true do
+        local pu, pf = ptimes(p, u)
+        if pcmp(pu, pf, du, df) >= 0 then break end
+        u = u + 1
+      end
+      while u > 0 do
+        local pu, pf = ptimes(p, u - 1)
+        if pcmp(pu, pf, du, df) < 0 then break end
+        u = u - 1
+      end
+      return u
+    end
+
+    local t = {}
+
+    function t.read(c)
+      local raw = redis.call('GET', c.key)
+      if not raw then return nil end
       local tu, tf, born, seq, dropped, pos = struct.unpack('<ddddd', raw)
+      -- A tat at or before now is a full bucket.
+      if tu < now or (tu == now and tf == 0) then return nil end
       return { tu = tu, tf = tf, born = born, seq = seq, dropped = dropped,
         hist = string.sub(raw, pos) }
     end
-    -- The live entries are log's bytes from off on.
-    local total, head = struct.unpack('<dd', raw)
-    return { log = raw, off = head + 1, total = total }
-  end
 
-  local function encode(s, c)
-    if c.alg == 'f' then return struct.pack('<dd', s.count, s.stop) end
-    if c.alg == 't' then
-      return struct.pack('<ddddd', s.tu, s.tf, s.born, s.seq, s.dropped) .. s.hist
-    end
-    return struct.pack('<dd', s.total, HEADER) .. string.sub(s.log, s.off)
-  end
-
-  -- A sliding window's newest entry: time, cost.
-  local function newest(s)
-    return struct.unpack('<dd', s.log, #s.log - 15)
-  end
-
-  -- Drops what has expired (algorithm::refresh); nil when nothing is live.
-  local function refresh(s, c)
-    if s == nil then return nil end
-    if c.alg == 'f' then
-      if s.stop <= now then return nil end
-      return s
-    elseif c.alg == 't' then
-      if s.tu < now or (s.tu == now and s.tf == 0) then return nil end
-      return s
-    end
-    local log, off = s.log, s.off
-    while off <= #log do
-      local t, cost = struct.unpack('<dd', log, off)
-      if t + c.window > now then break end
-      s.total = s.total - cost
-      off = off + 16
-    end
-    if off > #log then return nil end
-    s.off = off
-    return s
-  end
-
-  local function load(key, c)
-    local raw = redis.call('GET', key)
-    if not raw then return nil end
-    return refresh(decode(raw, c), c)
-  end
-
-  local function copy(s)
-    if s == nil then return nil end
-    if s.log then
-      return { log = s.log, off = s.off, total = s.total }
-    elseif s.tu then
-      return { tu = s.tu, tf = s.tf, born = s.born, seq = s.seq, dropped = s.dropped,
-        hist = s.hist }
-    end
-    return { count = s.count, stop = s.stop }
-  end
-
-  ---------------------------------------------------------------- the algorithms
-
-  local function used(s)
-    if s == nil then return 0 end
-    if s.count then return s.count end
-    return s.total
-  end
-
-  local function fits(s, c, k)
-    if c.alg == 't' then
-      if k > c.burst then return false end
-      local du, df = tdebt(s, c)
-      local ku, kf = ptimes(c, k)
-      local nu, nf = padd(c, du, df, ku, kf)
-      local bu, bf = ptimes(c, c.burst)
+    function t.fits(s, p, k)
+      if k > p.burst then return false end
+      local du, df = debt(s, p)
+      local ku, kf = ptimes(p, k)
+      local nu, nf = padd(p, du, df, ku, kf)
+      local bu, bf = ptimes(p, p.burst)
       return pcmp(nu, nf, bu, bf) <= 0
     end
-    return used(s) + k <= c.limit
-  end
 
-  -- Adds up to cost, stopping at the usage cap. Returns the new state, added, mark1, mark2.
-  local function charge(s, c)
-    if c.cost == 0 then return s, 0, 0, 0 end
-    if c.alg == 'f' then
-      if s == nil then s = { count = 0, stop = now - (now % c.window) + c.window } end
-      local added = math.min(c.cost, math.max(usage_cap(c) - s.count, 0))
-      if added == 0 and s.count == 0 then return nil, 0, s.stop, 0 end
-      s.count = s.count + added
-      return s, added, s.stop, 0
-    elseif c.alg == 't' then
-      local fu, ff = tdebt(s, c)
-      local added = math.min(c.cost, math.max(usage_cap(c) - tunits(c, fu, ff), 0))
+    function t.land(c, p, cost)
+      local s = c.after
+      local fu, ff = debt(s, p)
+      local added = math.min(cost, math.max(p.cap - units(p, fu, ff), 0))
       if added == 0 then
-        if s == nil then return nil, 0, now, 0 end
-        return s, 0, s.born, s.seq
+        if s == nil then return 0, now, 0 end
+        return 0, s.born, s.seq
       end
-      if s == nil then s = { tu = now, tf = 0, born = now, seq = 0, dropped = 0, hist = '' } end
-      local au, af = ptimes(c, added)
-      local xu, xf = padd(c, fu, ff, au, af)
-      s.tu, s.tf = padd(c, now, 0, xu, xf)
+      c.added = c.added + added
+      if s == nil then
+        s = { tu = now, tf = 0, born = now, seq = 0, dropped = 0, hist = '' }
+        c.after = s
+      elseif s == c.s then
+        -- The first landing of the call: the state as read stays for the answers if the call
+        -- does not land.
+        s = { tu = s.tu, tf = s.tf, born = s.born, seq = s.seq, dropped = s.dropped,
+          hist = s.hist }
+        c.after = s
+      end
+      local au, af = ptimes(p, added)
+      local xu, xf = padd(p, fu, ff, au, af)
+      s.tu, s.tf = padd(p, now, 0, xu, xf)
       s.seq = s.seq + 1
       -- Entries whose debt is no smaller than the one found go: the new one supersedes them.
       local h = s.hist
@@ -491,158 +430,216 @@ build = function()
         h = string.sub(h, HIST + 1)
       end
       s.hist = h
-      return s, added, s.born, s.seq
+      return added, s.born, s.seq
     end
-    if s == nil then s = { log = '', off = 1, total = 0 } end
-    local added = math.min(c.cost, math.max(usage_cap(c) - s.total, 0))
-    local g = math.max(math.floor(c.window / 1000), 1000)
-    local at, lt, lc = now, nil, nil
-    if s.off <= #s.log then
-      lt, lc = newest(s)
-      at = math.max(now, lt)
-    end
-    local granule = math.floor(at / g)
-    if added > 0 then
-      s.total = s.total + added
-      if lt and math.floor(lt / g) == granule then
-        s.log = string.sub(s.log, s.off, -17) .. struct.pack('<dd', lt, lc + added)
-      else
-        s.log = string.sub(s.log, s.off) .. struct.pack('<dd', granule * g + g - 1, added)
-      end
-      s.off = 1
-    end
-    if s.off > #s.log then s = nil end
-    return s, added, granule, 0
-  end
 
-  -- Takes back `amount` units a charge added where marks say (algorithm::refund).
-  local function refund(s, c, amount, mark1, mark2)
-    if s == nil or amount == 0 then return s end
-    if c.alg == 'f' then
-      if s.stop ~= mark1 then return s end
-      s.count = s.count - math.min(amount, s.count)
-      if s.count == 0 then return nil end
-      return s
-    elseif c.alg == 't' then
-      if s.born ~= mark1 or s.dropped > mark2 then return s end
+    -- Writes a bucket's state (nil: full), and takes it as the counter's.
+    function t.store(c, s)
+      c.s = s
+      if s == nil then
+        redis.call('DEL', c.key)
+      else
+        redis.call('SET', c.key, struct.pack('<ddddd', s.tu, s.tf, s.born, s.seq, s.dropped) ..
+          s.hist, 'PX', ttl_ms(pceil(s.tu, s.tf)))
+      end
+    end
+
+    function t.refund(c, p, amount, born, seq)
+      local s = c.s
+      if s == nil then return t.store(c, nil) end
+      if s.born ~= born or s.dropped > seq then return end
       -- What the charge added (cu, cf), but no more than the debt the next charge found
       -- (gu, gf: give), nor than tat itself.
-      local cu, cf = ptimes(c, amount)
+      local cu, cf = ptimes(p, amount)
       local gu, gf = cu, cf
       local h = s.hist
       for pos = 1, #h, HIST do
         local hs, hu, hf = struct.unpack('<ddd', h, pos)
-        if hs > mark2 then
+        if hs > seq then
           if pcmp(hu, hf, gu, gf) < 0 then gu, gf = hu, hf end
           break
         end
       end
       if pcmp(s.tu, s.tf, gu, gf) < 0 then gu, gf = s.tu, s.tf end
-      s.tu, s.tf = psub(c, s.tu, s.tf, gu, gf)
-      if pcmp(s.tu, s.tf, now, 0) <= 0 then return nil end
+      s.tu, s.tf = psub(p, s.tu, s.tf, gu, gf)
+      if pcmp(s.tu, s.tf, now, 0) <= 0 then return t.store(c, nil) end
+      -- Later charges found at most the charge less debt without it; recording them as finding
+      -- that much less can only make later refunds smaller.
       local parts = {}
       for pos = 1, #h, HIST do
         local hs, hu, hf = struct.unpack('<ddd', h, pos)
-        if hs > mark2 then
+        if hs > seq then
           if pcmp(hu, hf, cu, cf) <= 0 then
             hu, hf = 0, 0
           else
-            hu, hf = psub(c, hu, hf, cu, cf)
+            hu, hf = psub(p, hu, hf, cu, cf)
           end
         end
         parts[#parts + 1] = struct.pack('<ddd', hs, hu, hf)
       end
       s.hist = table.concat(parts)
-      return s
+      t.store(c, s)
+    end
+
+    function t.remaining(s, p)
+      local du, df = debt(s, p)
+      return math.max(p.burst - units(p, du, df), 0)
+    end
+
+    function t.reset_after(s, p)
+      return pceil(debt(s, p))
+    end
+
+    function t.retry_after(s, p, k)
+      if t.fits(s, p, k) then return 0 end
+      local du, df = debt(s, p)
+      local ku, kf = ptimes(p, k)
+      local nu, nf = padd(p, du, df, ku, kf)
+      local bu, bf = ptimes(p, p.burst)
+      return pceil(psub(p, nu, nf, bu, bf))
+    end
+
+    return t
+  end
+
+  local tb = buckets()
+
+  -- A counter (one per key of the call, shared by the charges on it): its state as read
+  -- (fixed window used and stop; sliding window used (total), head, len, newest entry lt, lc;
+  -- token bucket s, nil when full) and `added`, what the call has landed on it so far (a token
+  -- bucket's running state is `after`). Charges on one key share its algorithm and window;
+  -- their limits may differ (a request's override of a configured limit counts in the same
+  -- key), so each charge carries its own, and the counter commits by its first charge's
+  -- overdraft, as algorithm::batch does.
+  local function open(ki, alg, window, overdraft)
+    local c = { key = KEYS[KO + ki], alg = alg, window = window, overdraft = overdraft,
+      added = 0, used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0, s = false,
+      after = false, need = 0, commit = false }
+    if alg == FIXED_WINDOW then
+      c.used, c.stop = fixed_read(c.key)
+    elseif alg == SLIDING_WINDOW then
+      c.used, c.head, c.len, c.lt, c.lc = sliding_read(c.key, window)
+    else
+      c.s = tb.read(c)
+      c.after = c.s
+    end
+    return c
+  end
+
+  -- Whether k more fits under charge p's limit, after what the call has landed so far.
+  local function fits(c, p, k)
+    if p.alg == TOKEN_BUCKET then return tb.fits(c.after, p, k) end
+    return c.used + c.added + k <= p.limit
+  end
+
+  -- Lands up to cost (stopping at p's usage cap) in the call's running state; written only by
+  -- write(). Returns added, mark1, mark2.
+  local function land(c, p, cost)
+    if cost == 0 then return 0, 0, 0 end
+    if p.alg == TOKEN_BUCKET then return tb.land(c, p, cost) end
+    local added = math.min(cost, math.max(p.cap - c.used - c.added, 0))
+    c.added = c.added + added
+    if c.alg == FIXED_WINDOW then return added, fixed_mark(c.window, c.stop), 0 end
+    return added, sliding_mark(c.window, c.lt), 0
+  end
+
+  -- Writes what the call landed on the counter, and takes it as the counter's state.
+  local function write(c)
+    local added = c.added
+    c.added = 0
+    if c.alg == FIXED_WINDOW then
+      c.used, c.stop = fixed_land(c.key, c.window, c.used, c.stop, added)
+    elseif c.alg == SLIDING_WINDOW then
+      c.used, c.head, c.len, c.lt, c.lc =
+        sliding_land(c.key, c.window, c.used, c.head, c.len, c.lt, c.lc, added)
+    else
+      tb.store(c, c.after)
+    end
+  end
+
+  -- Refunds `amount` units a charge landed where its marks say (algorithm::refund), in Redis
+  -- and in the counter. As the memory store, a refund writes the counter back as it stands
+  -- now: a key whose state has ended goes, a log loses what it forgot.
+  local function refund(c, p, amount, mark1, mark2)
+    if c.alg == TOKEN_BUCKET then return tb.refund(c, p, amount, mark1, mark2) end
+    if c.alg == FIXED_WINDOW then
+      if c.stop == mark1 then c.used = c.used - math.min(amount, c.used) end
+      if c.used == 0 then
+        c.stop = 0
+        redis.call('DEL', c.key)
+      elseif c.stop == mark1 then
+        redis.call('SET', c.key, struct.pack('<dd', c.used, c.stop), 'KEEPTTL')
+      end
+      return
     end
     -- Stamps only grow, so the charge's entry is the one of its granule, and a recent one:
     -- look from the newest.
-    local g = math.max(math.floor(c.window / 1000), 1000)
-    local log = s.log
-    local pos = #log - 15
-    while pos >= s.off do
+    local _, g = sliding_mark(c.window, nil)
+    local log, total = '', c.used
+    if c.head < c.len then log = redis.call('GETRANGE', c.key, c.head, c.len - 1) end
+    for pos = #log - 15, 1, -16 do
       local t, cost = struct.unpack('<dd', log, pos)
       if math.floor(t / g) == mark1 then
         local take = math.min(amount, cost)
-        s.total = s.total - take
         local keep = ''
         if cost > take then keep = struct.pack('<dd', t, cost - take) end
-        s.log = string.sub(log, s.off, pos - 1) .. keep .. string.sub(log, pos + 16)
-        s.off = 1
+        log = string.sub(log, 1, pos - 1) .. keep .. string.sub(log, pos + 16)
+        total = total - take
         break
       end
-      pos = pos - 16
     end
-    if s.off > #s.log then return nil end
-    return s
+    if #log == 0 then
+      redis.call('DEL', c.key)
+    else
+      local newest = struct.unpack('<d', log, #log - 15)
+      redis.call('SET', c.key, struct.pack('<dd', total, HEADER) .. log, 'PX',
+        ttl_ms(newest + c.window))
+    end
+    c.used, c.head, c.len, c.lt, c.lc = sliding_read(c.key, c.window)
   end
 
-  local function remaining(s, c)
-    if c.alg == 't' then
-      local du, df = tdebt(s, c)
-      return math.max(c.burst - tunits(c, du, df), 0)
-    end
-    return math.max(c.limit - used(s), 0)
-  end
-
-  local function reset_after(s, c)
-    if c.alg == 'f' then
-      if s == nil then return c.window - (now % c.window) end
-      return math.max(s.stop - now, 0)
-    end
-    if s == nil then return 0 end
-    if c.alg == 's' then return math.max(newest(s) + c.window - now, 0) end
-    local du, df = tdebt(s, c)
-    return pceil(du, df)
-  end
-
-  local function retry_after(s, c, k)
-    if k > c.burst then return -1 end
-    if fits(s, c, k) or s == nil then return 0 end
-    if c.alg == 'f' then return math.max(s.stop - now, 0) end
-    if c.alg == 's' then
-      local need = s.total + k - c.limit
-      local freed, wait, pos = 0, 0, s.off
-      while pos <= #s.log do
-        local t, cost = struct.unpack('<dd', s.log, pos)
-        freed = freed + cost
-        wait = math.max(t + c.window - now, 0)
-        if freed >= need then break end
-        pos = pos + 16
+  -- The answer to charge p, from its counter's state as the call leaves it.
+  local function answer(c, p, allowed, k, added, mark1, mark2)
+    local remaining, wait
+    if c.alg == TOKEN_BUCKET then
+      remaining = tb.remaining(c.s, p)
+      if allowed then
+        wait = tb.reset_after(c.s, p)
+      elseif k > p.burst then
+        wait = -1
+      else
+        wait = tb.retry_after(c.s, p, k)
       end
-      return wait
+    else
+      remaining = math.max(p.limit - c.used, 0)
+      if c.alg == FIXED_WINDOW then
+        wait = fixed_wait(p.limit, c.window, c.used, c.stop, allowed, k)
+      elseif not allowed and c.used + k <= p.limit then
+        wait = 0
+      else
+        wait = sliding_wait(c.key, p.limit, c.window, c.used, c.head, c.len, c.lt, allowed, k)
+      end
     end
-    local du, df = tdebt(s, c)
-    local ku, kf = ptimes(c, k)
-    local nu, nf = padd(c, du, df, ku, kf)
-    local bu, bf = ptimes(c, c.burst)
-    return pceil(psub(c, nu, nf, bu, bf))
+    return struct.pack('<dddddd', allowed and 1 or 0, remaining, wait, added, mark1, mark2)
   end
 
-  local function expires_at(s, c)
-    if c.alg == 'f' then return s.stop end
-    if c.alg == 's' then return newest(s) + c.window end
-    return pceil(s.tu, s.tf)
-  end
-
-  ---------------------------------------------------------------- the batch
-
-  -- The one denial rule (decision::verdict): 0 admit, 1 overdraft only, 2 deny.
-  local function verdict(allowed)
+  -- The one denial rule (decision::verdict) over the call's charges: 0 admit, 1 overdraft
+  -- only, 2 deny.
+  local function verdict(charges)
     local over, hard = false, false
     local quota, quota_count = {}, 0
     for i = 1, n do
-      local c = charges[i]
-      if not allowed[i] then
-        if c.role == 'e' then
+      local ch = charges[i]
+      if not ch.allowed then
+        if ch.role == ENFORCED then
           over = true
-          if not c.overdraft then hard = true end
-        elseif c.role == 'q' then
-          if quota[c.descriptor] == nil then
-            quota[c.descriptor] = false
+          if not ch.overdraft then hard = true end
+        elseif ch.role >= QUOTA then
+          if quota[ch.role] == nil then
+            quota[ch.role] = false
             quota_count = quota_count + 1
           end
-          if not c.overdraft then quota[c.descriptor] = true end
+          if not ch.overdraft then quota[ch.role] = true end
         end
       end
     end
@@ -656,161 +653,99 @@ build = function()
     if hard then return 2 end
     return 1
   end
-  local ALGORITHMS = { [0] = 'f', [1] = 's', [2] = 't' }
-  local ROLES = { [0] = 'e', [1] = 's' }
 
-  -- Charge i of the call.
-  local function unpack_charge(i)
-    local key, alg, limit, window, burst, overdraft, cost, role =
-      struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-    local c = {
-      key = key,
-      alg = ALGORITHMS[alg],
-      limit = limit,
-      window = window,
-      burst = burst,
-      overdraft = overdraft == 1,
-      cost = cost,
-      role = ROLES[role] or 'q',
-      descriptor = role - 2,
-    }
-    if c.alg ~= 't' then c.burst = c.limit end
-    if c.alg == 't' then
-      c.q = math.floor(c.window / c.limit)
-      c.r = c.window - c.q * c.limit
-    end
-    return c
+  -- The cost a charge must fit (algorithm::check_cost): overdraft asks "anything left?";
+  -- check-only asks the same, except under count rejected, where it fits while usage has not
+  -- gone past the limit.
+  local function check_cost(ch)
+    if ch.overdraft then return 1 end
+    if ch.cost == 0 and mode == COUNT_REJECTED then return 0 end
+    return math.max(ch.cost, 1)
   end
 
-  local function store(key, s, c)
-    if s == nil then
-      redis.call('DEL', key)
-    else
-      redis.call('SET', key, encode(s, c), 'PX', ttl_ms(expires_at(s, c)))
-    end
-  end
-
-  local function reply(c, s, allowed, wait, added, mark1, mark2)
-    return struct.pack('<dddddd', allowed and 1 or 0, remaining(s, c), wait, added, mark1, mark2)
-  end
-
-  -- A token bucket's charge i of several() (see there): its parameters and state, whether it
-  -- fits, and the answer to it (land: the group lands).
-  local function bucket(i, key)
-    local c = unpack_charge(i)
-    local s = load(key, c)
-    return c, s, fits(s, c, math.max(c.cost, 1))
-  end
-
-  local function bucket_answer(key, c, s, land)
-    local k = math.max(c.cost, 1)
-    local allowed, added, mark1, mark2 = land or fits(s, c, k), 0, 0, 0
-    if land and c.cost > 0 then
-      local after, a, m1, m2 = charge(s, c)
-      if a > 0 then
-        store(key, after, c)
-        s, added, mark1, mark2 = after, a, m1, m2
-      end
-    end
-    local wait
-    if allowed then wait = reset_after(s, c) else wait = retry_after(s, c, k) end
-    return reply(c, s, allowed, wait, added, mark1, mark2)
-  end
-
+  -- Decides (or refunds) the call: batch::evaluate then batch::report, step by step.
   local function general()
-    charges = {}
-    for i = 1, n do charges[i] = unpack_charge(i) end
-
-    -- Per key: its limit (every charge on one key has the same shape), loaded and running state.
-    local key_params, loaded, after = {}, {}, {}
+    local count_rejected = mode == COUNT_REJECTED
+    -- Per charge: its limit, cost and role, its counter c, and then whether it fit and what
+    -- it landed.
+    local charges, counters = {}, {}
     for i = 1, n do
-      local c = charges[i]
-      if key_params[c.key] == nil then
-        key_params[c.key] = c
-        loaded[c.key] = load(KEYS[KO + c.key], c)
+      local ki, alg, limit, window, burst, overdraft, cost, role =
+        struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
+      if alg ~= TOKEN_BUCKET then burst = limit end
+      local c = counters[ki]
+      if c == nil then
+        c = open(ki, alg, window, overdraft == 1)
+        counters[ki] = c
       end
+      -- A token bucket's unit of time: window / limit = q + r / limit.
+      local q = math.floor(window / limit)
+      charges[i] = { c = c, alg = alg, limit = limit, window = window, burst = burst,
+        overdraft = overdraft == 1, cap = burst * CAP, q = q, r = window - q * limit,
+        cost = cost, role = role, allowed = false, landed = 0, mark1 = 0, mark2 = 0 }
     end
 
-    local allowed, added, mark1, mark2 = {}, {}, {}, {}
-    local final = {}
-
-    if refunding then
+    if mode == REFUND then
       local b = FIRST + n * CHARGE
       for i = 1, n do
-        local c = charges[i]
-        local was_allowed, undo
-        was_allowed, added[i], undo, mark1[i], mark2[i] =
-          struct.unpack('<ddddd', P, b + (i - 1) * UNDO)
-        allowed[i] = was_allowed == 1
-        if undo > 0 then
-          local s = refund(loaded[c.key], c, undo, mark1[i], mark2[i])
-          loaded[c.key] = s
-          store(KEYS[KO + c.key], s, c)
-        end
-        if added[i] == 0 then mark1[i], mark2[i] = 0, 0 end
+        local ch = charges[i]
+        local allowed, kept, amount, mark1, mark2 =
+          struct.unpack('<ddddd', P, b + (i - 1) * REFUNDED)
+        ch.allowed, ch.landed = allowed == 1, kept
+        if amount > 0 then refund(ch.c, ch, amount, mark1, mark2) end
+        if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end
       end
-      for key, _ in pairs(key_params) do final[key] = loaded[key] end
     else
-      for key, _ in pairs(key_params) do after[key] = copy(loaded[key]) end
-      local dirty = {}
       for i = 1, n do
-        local c = charges[i]
-        allowed[i] = fits(after[c.key], c, check_cost(c))
-        added[i], mark1[i], mark2[i] = 0, 0, 0
-        if allowed[i] or c.overdraft or count_rejected then
-          local s, a, m1, m2 = charge(after[c.key], c)
-          after[c.key] = s
-          added[i], mark1[i], mark2[i] = a, m1, m2
-          if a > 0 then dirty[c.key] = true end
+        local ch = charges[i]
+        ch.allowed = fits(ch.c, ch, check_cost(ch))
+        if ch.allowed or ch.overdraft or count_rejected then
+          ch.landed, ch.mark1, ch.mark2 = land(ch.c, ch, ch.cost)
         end
       end
-      local v = verdict(allowed)
-      for key, c in pairs(key_params) do
-        local lands = count_rejected or v == 0 or (v == 1 and c.overdraft)
-        local commit = lands and not dry and dirty[key]
-        if commit then
-          final[key] = after[key]
-          store(KEYS[KO + key], after[key], c)
+      -- A counter keeps what landed on it when the verdict lets its charges stay.
+      local v = verdict(charges)
+      for ki = 1, nkeys do
+        local c = counters[ki]
+        local stays = count_rejected or v == 0 or (v == 1 and c.overdraft)
+        c.commit = stays and mode ~= DRY_RUN and c.added > 0
+        if c.commit then
+          write(c)
         else
-          final[key] = loaded[key]
-          for i = 1, n do
-            if charges[i].key == key then added[i], mark1[i], mark2[i] = 0, 0, 0 end
-          end
+          c.added = 0
+          c.after = c.s
         end
+      end
+      for i = 1, n do
+        local ch = charges[i]
+        if not ch.c.commit then ch.landed, ch.mark1, ch.mark2 = 0, 0, 0 end
       end
     end
 
     -- What a retry of the request needs on each key: the cost of its charges that did not land.
-    local need = {}
     for i = 1, n do
-      local c = charges[i]
-      if added[i] == 0 and not c.overdraft then need[c.key] = (need[c.key] or 0) + c.cost end
+      local ch = charges[i]
+      if ch.landed == 0 and not ch.overdraft then ch.c.need = ch.c.need + ch.cost end
     end
-
     local out = { '=', struct.pack('<d', now) }
     for i = 1, n do
-      local c = charges[i]
-      local s = final[c.key]
-      local wait
-      if allowed[i] then
-        wait = reset_after(s, c)
-      else
-        local k = check_cost(c)
-        if added[i] == 0 and not c.overdraft then k = math.max(k, need[c.key] or 0) end
-        wait = retry_after(s, c, k)
+      local ch = charges[i]
+      local k = check_cost(ch)
+      if not ch.allowed and ch.landed == 0 and not ch.overdraft then
+        k = math.max(k, ch.c.need)
       end
-      out[#out + 1] = reply(c, s, allowed[i], wait, added[i], mark1[i], mark2[i])
+      out[i + 2] = answer(ch.c, ch, ch.allowed, k, ch.landed, ch.mark1, ch.mark2)
     end
     return table.concat(out)
   end
 
-  return { general = general, bucket = bucket, bucket_answer = bucket_answer }
+  return general
 end
 
 -- Decides the call whose keys start after KEYS[ko], from its packed numbers p.
 local function one(ko, p)
   KO, P = ko, p
-  local t, _
+  local t
   t, nkeys, mode, quota_total, n = struct.unpack('<ddddd', P)
   if t < 0 then
     if clock == nil then
@@ -821,12 +756,10 @@ local function one(ko, p)
   else
     now = t
   end
-  deciding, count_rejected, dry, refunding =
-    mode == DECIDE, mode == COUNT_REJECTED, mode == DRY_RUN, mode == REFUND
-  local r = fast() or several()
+  local r = direct()
   if r then return r end
-  if built == nil then built = build() end
-  return built.general()
+  built = built or build()
+  return built()
 end
 
 if #ARGV == 1 then return one(0, ARGV[1]) end

@@ -4,7 +4,7 @@
 Starts its own redis-server on a free port, then for each scenario and round runs every
 script given on the same calls (alternating, so drift hits all alike): 40,000 EVALSHAs
 pipelined 100 deep over 10,000 tenants, Redis TIME as the clock, and prints the µs per call
-Redis reports. Scenarios: one fixed-window charge, one sliding-window charge, one
+Redis reports: the median of the rounds (their range). Scenarios: one fixed-window charge, one sliding-window charge, one
 token-bucket charge, and scenario (c) of scripts/bench.sh on one node (five fixed-window
 charges, one per key: tenant, the shared global, tenant+model, key, d0).
 
@@ -146,7 +146,7 @@ def main():
             for _ in range(a.rounds):
                 for i, sha in enumerate(shas):
                     results[i].append(run(conn, sha, charges, a.calls))
-            cells = ["–".join("%.2f" % v for v in (min(r), max(r))) for r in results]
+            cells = ["%.2f (%.2f–%.2f)" % (sorted(r)[len(r) // 2], min(r), max(r)) for r in results]
             print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
     finally:
         server.kill()

@@ -5,13 +5,14 @@
 //! in: the script's bytes decoded by `script::decode_state`, field by field, against the Rust
 //! state (both refreshed at the call's time).
 //!
-//! A case is 1 to 3 keys, each with its own limit (any algorithm, overdraft or not, windows
-//! and bursts small enough to fill), and up to 12 calls of 1 to 4 charges on them in every
+//! A case is 1 to 3 keys, each with one or two limits (any algorithm, overdraft or not,
+//! windows and bursts small enough to fill; two limits on a key as a request's override makes), and up to 12 calls of 1 to 4 charges on them in every
 //! mode: decide, count rejected, dry run, and a refund of the call before (some of its
 //! landings, at its time or later). Costs run from 0 past the usage cap, roles mix enforced,
-//! shadow and quota charges, and the clock steps forwards by every interesting amount (and
-//! sometimes back). The calls' shapes send the script down each of its paths (one charge,
-//! one charge per key, the general code), so a mismatch names the call that took it.
+//! shadow and quota charges, and the clock steps forwards by every interesting amount, onto
+//! window ends and expiries exactly (and sometimes back). The calls' shapes send the script
+//! down each of its drivers (one charge, one charge per key, every call), so a mismatch names
+//! the call that took it.
 //!
 //! 2,000 cases by default (`TOLLGATE_SCRIPT_CASES`), seeded from the clock; a failure prints
 //! the seed (`TOLLGATE_SCRIPT_SEED` replays it), the case's calls so far and both answers.
@@ -59,36 +60,49 @@ impl Rng {
     }
 }
 
-fn limit(rng: &mut Rng) -> LimitParams {
+/// A key's limits: one, or two that count in the same key (a configured limit and a request's
+/// override of it): one algorithm and window, their own limit (a token bucket's is shared:
+/// its state is kept in units of it), burst and overdraft.
+fn limits(rng: &mut Rng) -> Vec<LimitParams> {
     let algorithm = rng.pick(&[
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::TokenBucket,
     ]);
-    let limit = rng.pick(&[1, 2, 3, 5, 10, 100]);
     let window_us = rng.pick(&[S, 3 * S / 2, 10 * S, 60 * S]);
-    let burst = match algorithm {
-        Algorithm::TokenBucket => rng.pick(&[limit, 2 * limit, 1, 7]),
-        _ => limit,
-    };
-    LimitParams {
-        algorithm,
-        limit,
-        window_us,
-        burst,
-        overdraft: rng.chance(20),
-    }
+    let first = rng.pick(&[1, 2, 3, 5, 10, 100]);
+    (0..1 + rng.below(2))
+        .map(|_| {
+            let limit = match algorithm {
+                Algorithm::TokenBucket => first,
+                _ => rng.pick(&[first, 1, 2, 3, 5, 10, 100]),
+            };
+            let burst = match algorithm {
+                Algorithm::TokenBucket => rng.pick(&[limit, 2 * limit, 1, 7]),
+                _ => limit,
+            };
+            LimitParams {
+                algorithm,
+                limit,
+                window_us,
+                burst,
+                overdraft: rng.chance(20),
+            }
+        })
+        .collect()
 }
 
-/// One charge of a call: its key (an index into the case's keys), cost and role.
+/// One charge of a call: its key (an index into the case's keys) and which of its limits, cost
+/// and role.
 #[derive(Debug, Clone, Copy)]
 struct Charge {
     key: usize,
+    limit: usize,
     cost: u64,
     role: Role,
 }
 
-fn charges(rng: &mut Rng, keys: &[LimitParams]) -> (Vec<Charge>, usize) {
+fn charges(rng: &mut Rng, keys: &[Vec<LimitParams>]) -> (Vec<Charge>, usize) {
     let n = 1 + rng.below(4) as usize;
     // Often one charge per key, the script's own path for it.
     let distinct = rng.chance(50);
@@ -98,7 +112,8 @@ fn charges(rng: &mut Rng, keys: &[LimitParams]) -> (Vec<Charge>, usize) {
         if distinct && out.iter().any(|c| c.key == key) {
             continue;
         }
-        let p = keys[key];
+        let limit = rng.below(keys[key].len() as u64) as usize;
+        let p = keys[key][limit];
         let cap = p.usage_cap();
         let cost = rng.pick(&[
             0,
@@ -119,7 +134,12 @@ fn charges(rng: &mut Rng, keys: &[LimitParams]) -> (Vec<Charge>, usize) {
                 descriptor: rng.below(2) as u32,
             },
         };
-        out.push(Charge { key, cost, role });
+        out.push(Charge {
+            key,
+            limit,
+            cost,
+            role,
+        });
     }
     let quota = out
         .iter()
@@ -136,12 +156,16 @@ fn charges(rng: &mut Rng, keys: &[LimitParams]) -> (Vec<Charge>, usize) {
 
 /// A call's group as the Redis store builds it: a spec per charge, the distinct keys in order
 /// of first use.
-fn group(prefix: &str, keys: &[LimitParams], charges: &[Charge]) -> (Group, Vec<Spec<'static>>) {
+fn group(
+    prefix: &str,
+    keys: &[Vec<LimitParams>],
+    charges: &[Charge],
+) -> (Group, Vec<Spec<'static>>) {
     let specs: Vec<Spec<'static>> = charges
         .iter()
         .map(|c| Spec {
             key: format!("{prefix}k{}", c.key).into(),
-            params: keys[c.key],
+            params: keys[c.key][c.limit],
             cost: c.cost,
             role: c.role,
             lease: 0,
@@ -179,7 +203,7 @@ struct Asked<'a> {
 
 /// What the memory store does for the call: `batch::evaluate_and_report`, or a refund as its
 /// take-back runs it; `states` (per case key) takes what the call commits.
-fn rust_call(states: &mut [Option<State>], keys: &[LimitParams], call: &Asked<'_>) -> Answer {
+fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Asked<'_>) -> Answer {
     let Asked {
         charges,
         g,
@@ -189,12 +213,18 @@ fn rust_call(states: &mut [Option<State>], keys: &[LimitParams], call: &Asked<'_
         now,
     } = *call;
     let key_of_counter: Vec<usize> = g.keys.iter().map(|&s| charges[s].key).collect();
+    // A counter takes the limit of the first charge on it, as the stores do.
+    let counter_params: Vec<LimitParams> = g
+        .keys
+        .iter()
+        .map(|&s| keys[charges[s].key][charges[s].limit])
+        .collect();
     let batch_charges: Vec<BatchCharge> = charges
         .iter()
         .zip(&g.key_of)
         .map(|(c, &counter)| BatchCharge {
             counter,
-            params: keys[c.key],
+            params: keys[c.key][c.limit],
             cost: c.cost,
             role: c.role,
         })
@@ -202,9 +232,10 @@ fn rust_call(states: &mut [Option<State>], keys: &[LimitParams], call: &Asked<'_
     if mode == Mode::TakeBack {
         let mut finals: Vec<Option<State>> = key_of_counter
             .iter()
-            .map(|&k| {
+            .zip(&counter_params)
+            .map(|(&k, p)| {
                 let mut s = states[k].clone();
-                refresh(&mut s, &keys[k], now);
+                refresh(&mut s, p, now);
                 s
             })
             .collect();
@@ -222,7 +253,8 @@ fn rust_call(states: &mut [Option<State>], keys: &[LimitParams], call: &Asked<'_
     }
     let mut counters: Vec<Counter> = key_of_counter
         .iter()
-        .map(|&k| Counter::new(states[k].clone(), &keys[k], now))
+        .zip(&counter_params)
+        .map(|(&k, p)| Counter::new(states[k].clone(), p, now))
         .collect();
     let batch_mode = BatchMode {
         count_rejected: mode == Mode::CountRejected,
@@ -296,19 +328,24 @@ impl Runner {
     async fn case(&self, case: u64) -> Result<(), String> {
         let mut rng = Rng(self.seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let prefix = format!("{{c{case}}}:");
-        let keys: Vec<LimitParams> = (0..1 + rng.below(3)).map(|_| limit(&mut rng)).collect();
+        let keys: Vec<Vec<LimitParams>> = (0..1 + rng.below(3)).map(|_| limits(&mut rng)).collect();
         let mut story = format!("keys: {keys:?}\n");
         let mut states: Vec<Option<State>> = vec![None; keys.len()];
         let mut now = T0 + rng.below(60 * S);
         // The last call that may have landed something: its charges, quota and answers.
         let mut last: Option<(Vec<Charge>, usize, Answer)> = None;
         for step in 0..1 + rng.below(12) {
-            let window = keys[rng.below(keys.len() as u64) as usize].window_us;
+            let window = keys[rng.below(keys.len() as u64) as usize][0].window_us;
             let forward = rng.pick(&[0, 1, 999, 1_000, 61_000, 250_000, window / 2, window]);
+            // Boundaries too: the end of the current fixed window, and the moment what a
+            // sliding window lands now leaves it (its granule's stamp plus the window).
+            let g = (window / 1_000).max(1_000);
             now = match rng.below(20) {
                 0 => now - rng.pick(&[1, 1_000, 500_000]),
                 1 => now + window + 1,
                 2 => now + 2 * window,
+                3 => now - now % window + window,
+                4 => now / g * g + g - 1 + window,
                 _ => now + forward,
             };
             let refunding = last.is_some() && rng.chance(30);
@@ -357,7 +394,7 @@ impl Runner {
                     ))
                 }
             };
-            for (k, p) in keys.iter().enumerate() {
+            for (k, p) in keys.iter().map(|l| &l[0]).enumerate() {
                 let key = format!("{prefix}k{k}");
                 let in_lua = self.lua_state(&key, p, now).await;
                 let mut in_rust = states[k].clone();
