@@ -18,6 +18,7 @@ use arc_swap::ArcSwap;
 use opentelemetry::KeyValue;
 use tokio::sync::Semaphore;
 
+use crate::algorithm::Mode;
 use crate::clock::SystemClock;
 use crate::config::{Config, DomainPolicy};
 use crate::decision::{self, assemble, Code, Decision};
@@ -29,7 +30,7 @@ use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
 use crate::store::error::Cause;
 use crate::store::memory::MemoryStore;
-use crate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
+use crate::store::{ChargeOutcome, Store, StoreError};
 use crate::telemetry;
 use crate::validate::{validate, Bounds};
 
@@ -180,9 +181,7 @@ impl<S: Store> RateLimiter<S> {
             }
         }
         let plan = plan(config, req).map_err(|e| invalid(e.0))?;
-        let mode = ApplyMode {
-            count_rejected: self.settings.count_rejected,
-        };
+        let mode = Mode::charging(self.settings.count_rejected);
         let outcomes = if plan.charges.is_empty() {
             Vec::new()
         } else if self.fallback.is_some() && !self.store.is_ready() {
@@ -281,9 +280,7 @@ impl<S: Store> RateLimiter<S> {
     ) -> Result<RateLimitResponse, CallError> {
         let share = self.settings.local_fallback_share.max(1);
         let local = shared_out(plan, share);
-        let mode = ApplyMode {
-            count_rejected: self.settings.count_rejected,
-        };
+        let mode = Mode::charging(self.settings.count_rejected);
         let outcomes = match &self.fallback {
             Some(store) => store
                 .apply(&local, mode)

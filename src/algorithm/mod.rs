@@ -14,8 +14,11 @@
 
 pub mod batch;
 pub mod fixed_window;
+mod rule;
 pub mod sliding_window;
 pub mod token_bucket;
+
+pub use rule::{verdict, ChargeOutcome, Mode, Role, Verdict};
 
 use fixed_window::Window;
 use sliding_window::Log;

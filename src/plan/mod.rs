@@ -16,21 +16,11 @@ use std::ops::Range;
 use key::counter_key;
 pub use key::tag_of;
 
+pub use crate::algorithm::Role;
 use crate::config::{Config, Pattern, Rule};
 use crate::limit::{proto_unit_name, Limit, Unit};
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
-
-/// How a charge takes part in the request's decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Denies the request when over.
-    Enforced,
-    /// Reports, never denies (per-rule `shadow_mode`).
-    Shadow,
-    /// `quota_mode`: the request is denied only when every quota descriptor is over.
-    Quota { descriptor: u32 },
-}
 
 /// Everything a request will charge, and how each descriptor is answered.
 #[derive(Debug)]

@@ -20,10 +20,10 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::placement::{place, Layout, Placed};
-use super::protocol::{GroupAnswer, Mode, Next, Protocol, Undo};
-use super::{ApplyMode, ChargeOutcome, Store, StoreError};
-use crate::algorithm::batch::{self, BatchCharge, BatchMode, Counter};
-use crate::algorithm::{expires_at, refresh, refund, Landing, State};
+use super::protocol::{GroupAnswer, Next, Protocol, Undo};
+use super::{ChargeOutcome, Store, StoreError};
+use crate::algorithm::batch::{self, BatchCharge, Counter};
+use crate::algorithm::{expires_at, refresh, refund, Landing, Mode, State};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::plan::Plan;
@@ -108,11 +108,7 @@ pub struct MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn apply(
-        &self,
-        plan: &Plan<'_>,
-        mode: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         Ok(self.apply_now(plan, mode))
     }
 
@@ -260,7 +256,7 @@ impl MemoryStore {
             .sum()
     }
 
-    fn apply_now(&self, plan: &Plan<'_>, mode: ApplyMode) -> Vec<ChargeOutcome> {
+    fn apply_now(&self, plan: &Plan<'_>, mode: Mode) -> Vec<ChargeOutcome> {
         let now = self.clock.now_us();
         let placed = place(plan, "", self.layout);
         let shard_of: Vec<usize> = placed.specs.iter().map(|s| self.shard_of(&s.key)).collect();
@@ -273,7 +269,7 @@ impl MemoryStore {
             guards,
             shard_of,
         };
-        let mut protocol = Protocol::new(&placed, mode.count_rejected);
+        let mut protocol = Protocol::new(&placed, mode);
         let run = Run {
             now,
             budget: self.shard_budget,
@@ -344,13 +340,9 @@ fn run_group(
             Counter::new(locked.load(s, &spec.key, now), &spec.params, now)
         })
         .collect();
-    let batch_mode = BatchMode {
-        count_rejected: mode == Mode::CountRejected,
-        dry_run: mode == Mode::DryRun,
-    };
     let quota = placed.quota_descriptors;
     let (evaluated, outcomes) =
-        batch::evaluate_and_report(&mut counters, &charges, now, batch_mode, quota);
+        batch::evaluate_and_report(&mut counters, &charges, now, mode, quota);
     for (counter, &s) in counters.into_iter().zip(keys) {
         if counter.commit {
             let spec = &placed.specs[s];
@@ -369,7 +361,7 @@ fn take_back(
     gi: usize,
     undo: &[Undo],
     run: &Run<'_>,
-    mode: ApplyMode,
+    mode: Mode,
 ) -> GroupAnswer {
     let (now, budget, metrics) = (run.now, run.budget, run.metrics);
     let (keys, charges) = group_batch(placed, gi);
@@ -401,7 +393,7 @@ fn take_back(
         &allowed,
         &landings,
         now,
-        mode.count_rejected,
+        mode == Mode::CountRejected,
     );
     outcomes.into_iter().zip(landings).collect()
 }

@@ -15,33 +15,7 @@
 //! answer to [`Protocol::record`], until [`Next::Done`].
 
 use super::placement::Placed;
-use crate::algorithm::Landing;
-use crate::decision::{verdict, ChargeOutcome, Verdict};
-
-/// What one group run does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Decide all-or-nothing and charge.
-    Decide = 0,
-    /// Every charge lands (envoyproxy/ratelimit's counting).
-    CountRejected = 1,
-    /// Evaluate and answer; write nothing.
-    DryRun = 2,
-    /// Take back landed charges, then answer as things stand.
-    TakeBack = 3,
-}
-
-impl Mode {
-    /// How spans and logs name the mode.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Decide => "decide",
-            Mode::CountRejected => "count_rejected",
-            Mode::DryRun => "dry_run",
-            Mode::TakeBack => "take_back",
-        }
-    }
-}
+use crate::algorithm::{verdict, ChargeOutcome, Landing, Mode, Verdict};
 
 /// Per charge of a group being taken back: what was decided, what it left, and whether to
 /// take that back.
@@ -96,7 +70,8 @@ enum Phase {
 /// One request's decision in progress.
 pub struct Protocol<'p, 'a> {
     placed: &'p Placed<'a>,
-    count_rejected: bool,
+    /// How the request is charged: `Decide` or `CountRejected`.
+    mode: Mode,
     outcomes: Vec<ChargeOutcome>,
     landings: Vec<Landing>,
     /// Per charge: answered by a group run yet.
@@ -105,11 +80,12 @@ pub struct Protocol<'p, 'a> {
 }
 
 impl<'p, 'a> Protocol<'p, 'a> {
-    pub fn new(placed: &'p Placed<'a>, count_rejected: bool) -> Protocol<'p, 'a> {
+    /// A request charged in `mode` (`Decide` or `CountRejected`).
+    pub fn new(placed: &'p Placed<'a>, mode: Mode) -> Protocol<'p, 'a> {
         let n = placed.specs.len();
         Protocol {
             placed,
-            count_rejected,
+            mode,
             outcomes: vec![
                 ChargeOutcome {
                     allowed: true,
@@ -121,14 +97,6 @@ impl<'p, 'a> Protocol<'p, 'a> {
             landings: vec![Landing::default(); n],
             known: vec![false; n],
             phase: Phase::Descriptors,
-        }
-    }
-
-    fn normal(&self) -> Mode {
-        if self.count_rejected {
-            Mode::CountRejected
-        } else {
-            Mode::Decide
         }
     }
 
@@ -153,24 +121,20 @@ impl<'p, 'a> Protocol<'p, 'a> {
                     let first_shared = groups.iter().position(|g| g.shared).unwrap_or(groups.len());
                     self.phase = Phase::Shared(first_shared);
                     if first_shared > 0 {
-                        let mode = self.normal();
+                        let mode = self.mode;
                         return Next::Run((0..first_shared).map(|gi| (gi, mode)).collect());
                     }
                 }
                 Phase::Shared(gi) if gi < self.placed.groups.len() => {
                     self.phase = Phase::Shared(gi + 1);
-                    let sure_denied = !self.count_rejected && self.verdict() == Verdict::Deny;
-                    let mode = if sure_denied {
-                        Mode::DryRun
-                    } else {
-                        self.normal()
-                    };
+                    let sure_denied = self.mode == Mode::Decide && self.verdict() == Verdict::Deny;
+                    let mode = if sure_denied { Mode::DryRun } else { self.mode };
                     return Next::Run(vec![(gi, mode)]);
                 }
                 Phase::Shared(_) => self.phase = Phase::TakeBack,
                 Phase::TakeBack => {
                     self.phase = Phase::Done;
-                    if !self.count_rejected {
+                    if self.mode == Mode::Decide {
                         let undos = self.undos(Some(self.verdict()));
                         if !undos.is_empty() {
                             return Next::TakeBack(undos);
@@ -264,7 +228,7 @@ mod tests {
         ]);
         let placed = place(&plan, "tg:", Layout::ByTag);
         assert_eq!(placed.groups.len(), 2);
-        let mut protocol = Protocol::new(&placed, false);
+        let mut protocol = Protocol::new(&placed, Mode::Decide);
         assert_eq!(
             protocol.step(),
             Next::Run(vec![(0, Mode::Decide), (1, Mode::Decide)])

@@ -23,13 +23,14 @@ use super::error::SOMEWHERE;
 use super::local_cache::Lookup;
 use super::script::{self, args, parse_reply};
 use super::{lease, Inner, LATE_REPLY};
+use crate::algorithm::Mode;
 use crate::decision::Verdict;
 use crate::metrics::StoreOp;
 use crate::plan::Plan;
 use crate::store::error::Cause;
 use crate::store::placement::{place, Group, Layout, Placed, Spec};
-use crate::store::protocol::{Mode, Next, Protocol, Undo};
-use crate::store::{ApplyMode, ChargeOutcome, StoreError};
+use crate::store::protocol::{Next, Protocol, Undo};
+use crate::store::{ChargeOutcome, StoreError};
 use crate::telemetry;
 
 /// One request's decision in Redis: what every script call of it shares.
@@ -81,7 +82,7 @@ impl Inner {
     pub(super) async fn apply(
         self: &Arc<Inner>,
         plan: &Plan<'_>,
-        mode: ApplyMode,
+        mode: Mode,
     ) -> Result<Vec<ChargeOutcome>, StoreError> {
         let inner = self;
         let layout = if inner.clients.clustered {
@@ -91,7 +92,7 @@ impl Inner {
         };
         let placed = place(plan, &inner.prefix, layout).into_owned();
         let mut dry_first = false;
-        if !mode.count_rejected {
+        if mode == Mode::Decide {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
                 Lookup::AllExhausted(outcomes) => {
                     inner.opts.metrics.local_cache_hits.inc();
@@ -220,7 +221,7 @@ impl Inner {
     async fn decide(
         &self,
         placed: &Placed<'static>,
-        mode: ApplyMode,
+        mode: Mode,
         dry_first: bool,
         deadline: Instant,
     ) -> Result<Decided, StoreError> {
@@ -230,7 +231,7 @@ impl Inner {
             retry_until: deadline,
         };
         if self.opts.read_replicas
-            && !mode.count_rejected
+            && mode == Mode::Decide
             && placed.specs.iter().all(|s| s.cost == 0)
         {
             // Charges nothing: a dry run on replicas answers it (a replica that fails sends
@@ -242,7 +243,7 @@ impl Inner {
         if dry_first {
             // A limit is known exhausted: evaluate everything without charging, and answer
             // from that unless the cache was stale.
-            let mut protocol = Protocol::new(placed, mode.count_rejected);
+            let mut protocol = Protocol::new(placed, mode);
             let groups = 0..placed.groups.len();
             let replies = join_all(groups.map(|gi| self.run(&call, gi, Mode::DryRun, &[]))).await;
             for (gi, reply) in replies.into_iter().enumerate() {
@@ -255,7 +256,7 @@ impl Inner {
                 });
             }
         }
-        let mut protocol = Protocol::new(placed, mode.count_rejected);
+        let mut protocol = Protocol::new(placed, mode);
         // The `now` each group ran at: a take-back answers at the same time.
         let mut group_now: Vec<i64> = vec![0; placed.groups.len()];
         loop {

@@ -32,11 +32,12 @@ use super::decide::Decision;
 use super::script::Reply;
 use super::Inner;
 use crate::algorithm::Landing;
+use crate::algorithm::Mode;
 use crate::clock::Clock;
 use crate::decision::ChargeOutcome;
 use crate::limit::LimitParams;
 use crate::store::placement::{Group, Placed, Spec};
-use crate::store::protocol::{GroupAnswer, Mode, Undo};
+use crate::store::protocol::{GroupAnswer, Undo};
 use crate::store::StoreError;
 
 /// This instance's leases, by counter key.

@@ -41,7 +41,8 @@ use self::lease::Leases;
 use self::local_cache::LocalCache;
 use self::migration::Migrations;
 use self::script::Script;
-use super::{ApplyMode, ChargeOutcome, Store, StoreError};
+use super::{ChargeOutcome, Store, StoreError};
+use crate::algorithm::Mode;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::plan::Plan;
@@ -110,11 +111,7 @@ struct Inner {
 }
 
 impl Store for RedisStore {
-    async fn apply(
-        &self,
-        plan: &Plan<'_>,
-        mode: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         self.inner.apply(plan, mode).await
     }
 

@@ -8,8 +8,9 @@ use super::client::call_options;
 use super::decide::{Decided, Decision};
 use super::script::{self, args, parse_reply, unpack};
 use super::Inner;
+use crate::algorithm::Mode;
 use crate::metrics::StoreOp;
-use crate::store::protocol::{Mode, Protocol};
+use crate::store::protocol::Protocol;
 
 impl Inner {
     /// Answers a request that charges nothing from replicas: every group a dry run. `None`
@@ -35,7 +36,7 @@ impl Inner {
             }
         }))
         .await;
-        let mut protocol = Protocol::new(placed, false);
+        let mut protocol = Protocol::new(placed, Mode::Decide);
         for (gi, reply) in replies.into_iter().enumerate() {
             match reply {
                 Ok(r) => protocol.record(gi, r.answer),

@@ -14,12 +14,13 @@ use tokio::time::Instant;
 use super::error::{classify, SOMEWHERE};
 use super::migration::{self, Migrations};
 use crate::algorithm::Landing;
+use crate::algorithm::Mode;
 use crate::decision::ChargeOutcome;
 use crate::limit::Algorithm;
 use crate::plan::Role;
 use crate::store::error::Cause;
 use crate::store::placement::{Group, Spec};
-use crate::store::protocol::{GroupAnswer, Mode, Undo};
+use crate::store::protocol::{GroupAnswer, Undo};
 use crate::store::StoreError;
 
 /// A script and the SHA1 `EVALSHA` names it by.
