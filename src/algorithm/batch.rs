@@ -77,7 +77,7 @@ pub fn evaluate(
     mode: Mode,
     quota_descriptors: usize,
 ) -> Evaluated {
-    debug_assert!(mode != Mode::TakeBack, "a refund is not a batch");
+    debug_assert!(mode != Mode::Refund, "a refund is not a batch");
     let count_rejected = mode == Mode::CountRejected;
     let mut allowed = Vec::with_capacity(charges.len());
     let mut landings = Vec::with_capacity(charges.len());

@@ -27,8 +27,8 @@ pub enum Mode {
     CountRejected = 1,
     /// Evaluate and answer; write nothing.
     DryRun = 2,
-    /// Take back landed charges, then answer as things stand.
-    TakeBack = 3,
+    /// Refund landed charges, then answer as things stand.
+    Refund = 3,
 }
 
 impl Mode {
@@ -48,7 +48,7 @@ impl Mode {
             Mode::Decide => "decide",
             Mode::CountRejected => "count_rejected",
             Mode::DryRun => "dry_run",
-            Mode::TakeBack => "take_back",
+            Mode::Refund => "refund",
         }
     }
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::placement::{place, Layout, Placed};
-use super::protocol::{GroupAnswer, Next, Protocol, Undo};
+use super::protocol::{GroupAnswer, Next, Protocol, Refund};
 use super::{ChargeOutcome, Store, StoreError};
 use crate::algorithm::batch::{self, BatchCharge, Counter};
 use crate::algorithm::{expires_at, refresh, refund, Landing, Mode, State};
@@ -208,13 +208,13 @@ impl MemoryStore {
     /// Groups a request's charges as `layout` says: [`Layout::OneNode`] (the default: one
     /// instance, every counter in one place, so a request is one all-or-nothing group) or
     /// [`Layout::ByTag`], step for step what a Redis Cluster decides (groups by hash tag,
-    /// shared limits after, take-backs), which the tests compare a cluster with.
+    /// shared limits after, refunds), which the tests compare a cluster with.
     pub fn with_layout(mut self, layout: Layout) -> MemoryStore {
         self.layout = layout;
         self
     }
 
-    /// Counts into `metrics` (take-backs, evictions).
+    /// Counts into `metrics` (refunds, evictions).
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> MemoryStore {
         self.metrics = metrics;
         self
@@ -283,10 +283,10 @@ impl MemoryStore {
                         protocol.record(gi, answer);
                     }
                 }
-                Next::TakeBack(undos) => {
-                    self.metrics.refunds.inc_by(undos.len() as u64);
-                    for (gi, undo) in undos {
-                        let answer = take_back(&mut locked, &placed, gi, &undo, &run, mode);
+                Next::Refund(by_group) => {
+                    self.metrics.refunds.inc_by(by_group.len() as u64);
+                    for (gi, refunds) in by_group {
+                        let answer = refund_group(&mut locked, &placed, gi, &refunds, &run, mode);
                         protocol.record(gi, answer);
                     }
                 }
@@ -353,13 +353,13 @@ fn run_group(
     outcomes.into_iter().zip(evaluated.landings).collect()
 }
 
-/// Takes back what `undo` says in one group, writes the counters back and answers as things
+/// Refunds what `refunds` says in one group, writes the counters back and answers as things
 /// stand.
-fn take_back(
+fn refund_group(
     locked: &mut Locked<'_>,
     placed: &Placed<'_>,
     gi: usize,
-    undo: &[Undo],
+    refunds: &[Refund],
     run: &Run<'_>,
     mode: Mode,
 ) -> GroupAnswer {
@@ -374,8 +374,8 @@ fn take_back(
             state
         })
         .collect();
-    for (c, u) in charges.iter().zip(undo) {
-        if u.take_back {
+    for (c, u) in charges.iter().zip(refunds) {
+        if u.refund {
             let s = keys[c.counter];
             let state = &mut states[c.counter];
             refund(state, &c.params, u.landing, now);
@@ -384,8 +384,8 @@ fn take_back(
             metrics.memory_evictions.inc_by(evicted);
         }
     }
-    let allowed: Vec<bool> = undo.iter().map(|u| u.allowed).collect();
-    let landings: Vec<Landing> = undo.iter().map(Undo::kept).collect();
+    let allowed: Vec<bool> = refunds.iter().map(|u| u.allowed).collect();
+    let landings: Vec<Landing> = refunds.iter().map(Refund::kept).collect();
     let finals: Vec<&Option<State>> = states.iter().collect();
     let outcomes = batch::report(
         &finals,

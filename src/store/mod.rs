@@ -51,7 +51,7 @@ pub trait Store: Send + Sync + 'static {
         async {}
     }
 
-    /// After serving has stopped: gives back what this instance holds of shared counters (the
+    /// After serving has stopped: refunds what this instance holds of shared counters (the
     /// Redis store's unspent leases).
     fn close(&self) -> impl Future<Output = ()> + Send {
         async {}

@@ -13,7 +13,7 @@ use crate::limit::LimitParams;
 use crate::plan::{Plan, Role};
 
 /// A charge as a store needs it. The Redis store owns its keys (its decisions outlive the
-/// request future, so that a charge that lands late is still taken back); the memory store
+/// request future, so that a charge that lands late is still refunded); the memory store
 /// borrows them from the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec<'a> {
@@ -68,7 +68,7 @@ pub enum Layout {
     /// group per tag.
     ByTag,
     /// One node (a single Redis, Sentinel's primary): every charge in one group, which one
-    /// script call decides all-or-nothing, with nothing to take back; a leased shared limit
+    /// script call decides all-or-nothing, with nothing to refund; a leased shared limit
     /// keeps a group of its own.
     OneNode,
 }

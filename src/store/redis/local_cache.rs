@@ -3,8 +3,8 @@
 //!
 //! Entries are keyed by the counter key and checked against the limit's parameters, so a
 //! changed limit or a request override never reads a stale entry. A cached denial is re-checked
-//! with the store at least every [`RECHECK_US`]: it can rest on another request's charge that a
-//! refund is about to undo, and must not outlive it by a whole window. Bounded and cheap under
+//! with the store at least every [`RECHECK_US`]: it can rest on another request's charge that is
+//! about to be refunded, and must not outlive it by a whole window. Bounded and cheap under
 //! a flood of distinct exhausted keys: entries live in shards, each a map plus its keys in
 //! insertion order; a full shard drops its oldest entries first, O(1) amortised per insert.
 

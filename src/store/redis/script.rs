@@ -20,7 +20,7 @@ use crate::limit::Algorithm;
 use crate::plan::Role;
 use crate::store::error::Cause;
 use crate::store::placement::{Group, Spec};
-use crate::store::protocol::{GroupAnswer, Undo};
+use crate::store::protocol::{GroupAnswer, Refund};
 use crate::store::StoreError;
 
 /// A script and the SHA1 `EVALSHA` names it by.
@@ -180,7 +180,7 @@ pub async fn eval_replica(
 }
 
 /// KEYS and the one argument of a group's call: every number packed (see the script), `now`
-/// (µs; `None`: the script reads Redis `TIME`) first. `undo` (refund mode) is per charge of
+/// (µs; `None`: the script reads Redis `TIME`) first. `refunds` (refund mode) is per charge of
 /// the group.
 pub fn args(
     g: &Group,
@@ -188,7 +188,7 @@ pub fn args(
     now: Option<i64>,
     mode: Mode,
     quota_descriptors: usize,
-    undo: &[Undo],
+    refunds: &[Refund],
 ) -> (Vec<Key>, Value) {
     let keys: Vec<Key> = g
         .keys
@@ -196,7 +196,7 @@ pub fn args(
         .map(|&s| Key::from(specs[s].key.as_ref()))
         .collect();
     let n = g.charges.len();
-    let mut packed = Packed::with_numbers(5 + n * 8 + undo.len() * 5);
+    let mut packed = Packed::with_numbers(5 + n * 8 + refunds.len() * 5);
     packed.push_signed(now.unwrap_or(-1));
     packed.push(keys.len() as u64);
     packed.push(mode as u64);
@@ -222,7 +222,7 @@ pub fn args(
             Role::Quota { descriptor } => 2 + descriptor as u64,
         });
     }
-    for u in undo {
+    for u in refunds {
         packed.push(u.allowed as u64);
         packed.push(u.kept().added);
         packed.push(u.amount());
@@ -272,7 +272,7 @@ pub fn unpack(reply: &Value) -> Result<Vec<i64>, StoreError> {
 
 /// One group's answer.
 pub struct Reply {
-    /// The `now` the script decided at (µs); a take-back answers at the same time.
+    /// The `now` the script decided at (µs); a refund answers at the same time.
     pub now: i64,
     pub answer: GroupAnswer,
 }
