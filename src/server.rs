@@ -203,14 +203,14 @@ async fn start_serving(
     let serve = {
         let (shutdown, drain, store) = (shutdown.clone(), drain.clone(), store.clone());
         let limiter = limiter.clone();
-        move |incoming: serving::Incoming| {
+        move |accepted: serving::Accepted| {
             let routes = tonic::service::Routes::new(health_service.clone());
             let calls = Calls::new(limiter.clone(), routes);
             let (connections, drain) = (connections.clone(), drain());
             let (shutdown, store) = (shutdown.clone(), store.clone());
             let serve = async move {
                 tokio::select! {
-                    () = transport::serve(incoming, calls, connections, drain) => {}
+                    () = transport::serve(accepted, calls, connections, drain) => {}
                     _ = async { shutdown.wait().await; tokio::time::sleep(grace).await } => {
                         tracing::warn!("gRPC calls still open after the grace period; stopping");
                     }
@@ -221,7 +221,7 @@ async fn start_serving(
         }
     };
     let threads = serving::thread_count(opts.serving_threads);
-    let grpc = serving::start(grpc_listener, threads, serve, drain())?;
+    let grpc = serving::start_threads(grpc_listener, threads, serve, drain())?;
     let app = admin::router(
         Arc::new(AdminState {
             limiter,

@@ -25,7 +25,7 @@ use crate::decision::{self, assemble, Code, Decision};
 use crate::log_throttle;
 use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use crate::plan::{plan, Charge, Plan, Role};
+use crate::plan::{plan, Plan, PlannedCharge, Role};
 use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
 use crate::store::error::Cause;
@@ -88,7 +88,7 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
             limit.params.limit = part(limit.params.limit);
             limit.params.burst = part(limit.params.burst);
             limit.requests_per_unit = part(u64::from(limit.requests_per_unit)) as u32;
-            Charge {
+            PlannedCharge {
                 limit: Cow::Owned(limit),
                 key: c.key.clone(),
                 ..c.clone()

@@ -16,7 +16,8 @@ use super::{
 };
 use crate::limit::LimitParams;
 
-/// One charge of a batch, pointing at its counter (an index into the batch's counters).
+/// A charge in a batch (last stage, after `store::placement::PlacedCharge`): the limit's
+/// numbers, pointing at its counter (an index into the batch's counters).
 #[derive(Debug, Clone, Copy)]
 pub struct BatchCharge {
     pub counter: usize,

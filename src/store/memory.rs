@@ -54,13 +54,13 @@ fn entry_bytes(key: &str, state: &State) -> usize {
 }
 
 #[derive(Default)]
-struct Shard {
+struct MemoryShard {
     map: HashMap<String, Entry>,
     /// What the entries hold, by [`entry_bytes`].
     bytes: usize,
 }
 
-impl Shard {
+impl MemoryShard {
     /// Drops expired entries, then the live ones closest to expiry (never `keep`), until the
     /// shard holds at most 90% of `budget`. Returns how many live entries were evicted.
     fn shrink(&mut self, budget: usize, now: u64, keep: &str) -> u64 {
@@ -97,7 +97,7 @@ impl Shard {
 }
 
 pub struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<MemoryShard>]>,
     /// Each shard's share of `--max-store-bytes`.
     shard_budget: usize,
     hasher: RandomState,
@@ -128,15 +128,15 @@ impl Store for MemoryStore {
 
 /// The shards one request holds, and where its keys live.
 struct Locked<'s> {
-    /// Shard indexes, ascending, each once.
+    /// MemoryShard indexes, ascending, each once.
     order: Vec<usize>,
-    guards: Vec<MutexGuard<'s, Shard>>,
-    /// Per spec, its shard.
+    guards: Vec<MutexGuard<'s, MemoryShard>>,
+    /// Per placed charge, its shard.
     shard_of: Vec<usize>,
 }
 
 impl Locked<'_> {
-    fn shard(&mut self, spec: usize) -> &mut Shard {
+    fn shard(&mut self, spec: usize) -> &mut MemoryShard {
         let shard = self.shard_of[spec];
         let i = self.order.binary_search(&shard).unwrap_or_default();
         &mut self.guards[i]
@@ -195,7 +195,9 @@ impl Locked<'_> {
 impl MemoryStore {
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(MemoryShard::default()))
+                .collect(),
             shard_budget: DEFAULT_MAX_BYTES / SHARDS,
             hasher: RandomState::new(),
             clock,
@@ -259,7 +261,11 @@ impl MemoryStore {
     fn apply_now(&self, plan: &Plan<'_>, mode: Mode) -> Vec<ChargeOutcome> {
         let now = self.clock.now_us();
         let placed = place(plan, "", self.layout);
-        let shard_of: Vec<usize> = placed.specs.iter().map(|s| self.shard_of(&s.key)).collect();
+        let shard_of: Vec<usize> = placed
+            .charges
+            .iter()
+            .map(|s| self.shard_of(&s.key))
+            .collect();
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
@@ -296,7 +302,7 @@ impl MemoryStore {
     }
 }
 
-/// The group's distinct keys (as spec indexes) and its charges as a batch over them.
+/// The group's distinct keys (as indexes into the placed charges) and its charges as a batch over them.
 fn group_batch<'p>(placed: &'p Placed<'_>, gi: usize) -> (&'p [usize], Vec<BatchCharge>) {
     let g = &placed.groups[gi];
     let charges = g
@@ -304,7 +310,7 @@ fn group_batch<'p>(placed: &'p Placed<'_>, gi: usize) -> (&'p [usize], Vec<Batch
         .iter()
         .zip(&g.key_of)
         .map(|(&ci, &k)| {
-            let s = &placed.specs[ci];
+            let s = &placed.charges[ci];
             BatchCharge {
                 counter: k,
                 params: s.params,
@@ -336,7 +342,7 @@ fn run_group(
     let mut counters: Vec<Counter> = keys
         .iter()
         .map(|&s| {
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             Counter::new(locked.load(s, &spec.key, now), &spec.params, now)
         })
         .collect();
@@ -345,7 +351,7 @@ fn run_group(
         batch::evaluate_and_report(&mut counters, &charges, now, mode, quota);
     for (counter, &s) in counters.into_iter().zip(keys) {
         if counter.commit {
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             let evicted = locked.store(s, &spec.key, counter.after, &spec.params, budget, now);
             metrics.memory_evictions.inc_by(evicted);
         }
@@ -368,7 +374,7 @@ fn refund_group(
     let mut states: Vec<Option<State>> = keys
         .iter()
         .map(|&s| {
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             let mut state = locked.load(s, &spec.key, now);
             refresh(&mut state, &spec.params, now);
             state
@@ -379,7 +385,7 @@ fn refund_group(
             let s = keys[c.counter];
             let state = &mut states[c.counter];
             refund(state, &c.params, u.landing, now);
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             let evicted = locked.store(s, &spec.key, state.clone(), &spec.params, budget, now);
             metrics.memory_evictions.inc_by(evicted);
         }

@@ -82,7 +82,7 @@ pub struct Protocol<'p, 'a> {
 impl<'p, 'a> Protocol<'p, 'a> {
     /// A request charged in `mode` (`Decide` or `CountRejected`).
     pub fn new(placed: &'p Placed<'a>, mode: Mode) -> Protocol<'p, 'a> {
-        let n = placed.specs.len();
+        let n = placed.charges.len();
         Protocol {
             placed,
             mode,
@@ -104,7 +104,7 @@ impl<'p, 'a> Protocol<'p, 'a> {
     /// denies, the request is denied whatever the rest answers.
     pub fn verdict(&self) -> Verdict {
         verdict(
-            self.placed.specs.iter().enumerate().map(|(i, s)| {
+            self.placed.charges.iter().enumerate().map(|(i, s)| {
                 let allowed = !self.known[i] || self.outcomes[i].allowed;
                 (s.role, s.params.overdraft, allowed)
             }),
@@ -175,7 +175,7 @@ impl<'p, 'a> Protocol<'p, 'a> {
                 .iter()
                 .map(|&ci| {
                     let landing = self.landings[ci];
-                    let overdraft = self.placed.specs[ci].params.overdraft;
+                    let overdraft = self.placed.charges[ci].params.overdraft;
                     Refund {
                         allowed: self.outcomes[ci].allowed,
                         landing,

@@ -28,13 +28,13 @@ use crate::decision::Verdict;
 use crate::metrics::StoreOp;
 use crate::plan::Plan;
 use crate::store::error::Cause;
-use crate::store::placement::{place, Group, Layout, Placed, Spec};
+use crate::store::placement::{place, Group, Layout, Placed, PlacedCharge};
 use crate::store::protocol::{Next, Protocol, Refund};
 use crate::store::{ChargeOutcome, StoreError};
 use crate::telemetry;
 
 /// One request's decision in Redis: what every script call of it shares.
-pub(super) struct Decision<'a> {
+pub(super) struct RedisDecision<'a> {
     pub placed: &'a Placed<'static>,
     /// The script's `now` (µs); `None`: the script reads Redis `TIME`.
     pub now: Option<i64>,
@@ -150,26 +150,27 @@ impl Inner {
     /// instance's leases where they cover it ([`lease`]).
     async fn run(
         &self,
-        call: &Decision<'_>,
+        call: &RedisDecision<'_>,
         gi: usize,
         mode: Mode,
         refunds: &[Refund],
     ) -> Result<script::Reply, StoreError> {
         let placed = call.placed;
         let g = &placed.groups[gi];
-        if g.shared && lease::leased(g, &placed.specs) {
+        if g.shared && lease::leased(g, &placed.charges) {
             // Boxed: only leased groups pay for this path's future.
             return Box::pin(self.run_leased(call, g, mode, refunds)).await;
         }
-        self.run_script(call, g, &placed.specs, mode, refunds).await
+        self.run_script(call, g, &placed.charges, mode, refunds)
+            .await
     }
 
     /// Runs a group's script (`g`'s charges index `specs`).
     pub(super) async fn run_script(
         &self,
-        call: &Decision<'_>,
+        call: &RedisDecision<'_>,
         g: &Group,
-        specs: &[Spec<'_>],
+        specs: &[PlacedCharge<'_>],
         mode: Mode,
         refunds: &[Refund],
     ) -> Result<script::Reply, StoreError> {
@@ -225,14 +226,14 @@ impl Inner {
         dry_first: bool,
         deadline: Instant,
     ) -> Result<Decided, StoreError> {
-        let call = Decision {
+        let call = RedisDecision {
             placed,
             now: self.now_arg(),
             retry_until: deadline,
         };
         if self.opts.read_replicas
             && mode == Mode::Decide
-            && placed.specs.iter().all(|s| s.cost == 0)
+            && placed.charges.iter().all(|s| s.cost == 0)
         {
             // Charges nothing: a dry run on replicas answers it (a replica that fails sends
             // it back to the primaries, below).
@@ -333,7 +334,7 @@ impl Inner {
         refunds: &[Refund],
         now: i64,
     ) -> Result<script::Reply, StoreError> {
-        let call = Decision {
+        let call = RedisDecision {
             placed,
             now: Some(now),
             retry_until: Instant::now() + LATE_REPLY,

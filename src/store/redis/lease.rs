@@ -28,7 +28,7 @@ use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::time::Instant as Deadline;
 
-use super::decide::Decision;
+use super::decide::RedisDecision;
 use super::script::Reply;
 use super::Inner;
 use crate::algorithm::Landing;
@@ -36,7 +36,7 @@ use crate::algorithm::Mode;
 use crate::clock::Clock;
 use crate::decision::ChargeOutcome;
 use crate::limit::LimitParams;
-use crate::store::placement::{Group, Placed, Spec};
+use crate::store::placement::{Group, Placed, PlacedCharge};
 use crate::store::protocol::{GroupAnswer, Refund};
 use crate::store::StoreError;
 
@@ -123,7 +123,7 @@ impl Lease {
 }
 
 /// Whether a group's charges are all leased (only shared groups have such charges).
-pub fn leased(g: &Group, specs: &[Spec<'_>]) -> bool {
+pub fn leased(g: &Group, specs: &[PlacedCharge<'_>]) -> bool {
     g.shared && g.charges.iter().all(|&ci| specs[ci].lease > 0)
 }
 
@@ -159,7 +159,7 @@ impl Leases {
     /// ask Redis. A single charge whose lease is empty or below half its size is sent with a
     /// top-up (`may_top_up`), unless one is in flight or Redis last said nothing is left: then
     /// what the lease holds is spent first.
-    pub fn spend(&self, g: &Group, specs: &[Spec<'_>], now: u64, may_top_up: bool) -> Lean {
+    pub fn spend(&self, g: &Group, specs: &[PlacedCharge<'_>], now: u64, may_top_up: bool) -> Lean {
         let mut by_key = self.by_key.lock();
         for &ci in &g.charges {
             let s = &specs[ci];
@@ -221,7 +221,7 @@ impl Leases {
     /// `sent`, and turns it into the request's own answer (its cost, not the lease's).
     pub fn topped_up(
         &self,
-        spec: &Spec<'_>,
+        spec: &PlacedCharge<'_>,
         top: u64,
         sent: u64,
         reply: Option<(ChargeOutcome, Landing)>,
@@ -254,7 +254,13 @@ impl Leases {
     /// running (the rest is Redis's to refund). A charge returned to its lease is refunded: its answer keeps nothing
     /// landed, so nothing refunds it again (a departed caller's decision refunds what
     /// is still landed once it ends).
-    pub fn refund(&self, g: &Group, specs: &[Spec<'_>], refunds: &[Refund], now: u64) -> Refunded {
+    pub fn refund(
+        &self,
+        g: &Group,
+        specs: &[PlacedCharge<'_>],
+        refunds: &[Refund],
+        now: u64,
+    ) -> Refunded {
         let mut by_key = self.by_key.lock();
         let mut rest = refunds.to_vec();
         let mut to_lease = vec![false; rest.len()];
@@ -320,12 +326,12 @@ impl Inner {
     /// Runs a group of leased shared limits.
     pub(super) async fn run_leased(
         &self,
-        call: &Decision<'_>,
+        call: &RedisDecision<'_>,
         g: &Group,
         mode: Mode,
         refunds: &[Refund],
     ) -> Result<Reply, StoreError> {
-        let specs = &call.placed.specs;
+        let specs = &call.placed.charges;
         let metrics = &self.opts.metrics;
         match mode {
             Mode::Decide => match self.leases.spend(g, specs, self.leases.now(), true) {
@@ -392,7 +398,7 @@ impl Inner {
         }
         let calls = unspent.into_iter().map(|u| async move {
             let placed = Placed {
-                specs: vec![Spec {
+                charges: vec![PlacedCharge {
                     key: u.key.into(),
                     params: u.params,
                     cost: u.units,
@@ -410,14 +416,14 @@ impl Inner {
                 },
                 refund: true,
             };
-            let call = Decision {
+            let call = RedisDecision {
                 placed: &placed,
                 now: self.now_arg(),
                 retry_until: Deadline::now() + self.opts.timeout,
             };
             let g = &placed.groups[0];
             match self
-                .run_script(&call, g, &placed.specs, Mode::Refund, &[refund])
+                .run_script(&call, g, &placed.charges, Mode::Refund, &[refund])
                 .await
             {
                 Ok(_) => tracing::debug!(units = u.units, "refunded a lease"),

@@ -19,7 +19,7 @@ use crate::decision::ChargeOutcome;
 use crate::limit::Algorithm;
 use crate::plan::Role;
 use crate::store::error::Cause;
-use crate::store::placement::{Group, Spec};
+use crate::store::placement::{Group, PlacedCharge};
 use crate::store::protocol::{GroupAnswer, Refund};
 use crate::store::StoreError;
 
@@ -184,7 +184,7 @@ pub async fn eval_replica(
 /// the group.
 pub fn args(
     g: &Group,
-    specs: &[Spec<'_>],
+    specs: &[PlacedCharge<'_>],
     now: Option<i64>,
     mode: Mode,
     quota_descriptors: usize,
