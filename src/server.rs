@@ -21,13 +21,15 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
+use crate::clock::SystemClock;
 use crate::config::{compile_sources, read_sources, LoadOptions, ReloadStatus, Reloader};
 use crate::grpc::Calls;
 use crate::metrics::Metrics;
 use crate::service::RateLimiter;
 use crate::serving;
-use crate::settings::Settings;
+use crate::settings::{FailureMode, Settings};
 use crate::shutdown::Shutdown;
+use crate::store::memory::MemoryStore;
 use crate::store::{AnyStore, Store};
 use crate::transport::{self, Connections, Transport};
 
@@ -140,11 +142,18 @@ async fn start_serving(
     config.warn_if_empty(&opts.config_path);
     let config = Arc::new(ArcSwap::from_pointee(config));
     let metrics = opts.metrics.clone();
+    // `--failure-mode local`'s in-process limiter.
+    let fallback = (opts.settings.failure_mode == FailureMode::Local).then(|| {
+        MemoryStore::new(Arc::new(SystemClock))
+            .with_metrics(metrics.clone())
+            .with_max_bytes(opts.settings.max_store_bytes)
+    });
     let limiter = Arc::new(RateLimiter::new(
         config.clone(),
         store.clone(),
         opts.settings.clone(),
         metrics.clone(),
+        fallback,
     ));
 
     let connections = Connections::new(&opts.transport)?;

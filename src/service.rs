@@ -19,7 +19,6 @@ use opentelemetry::KeyValue;
 use tokio::sync::Semaphore;
 
 use crate::algorithm::Mode;
-use crate::clock::SystemClock;
 use crate::config::{Config, DomainPolicy};
 use crate::decision::{self, assemble, Code, Decision};
 use crate::log_throttle;
@@ -336,17 +335,16 @@ impl<S: Store> RateLimiter<S> {
         }
     }
 
+    /// `fallback` is the in-process limiter `--failure-mode local` decides against while
+    /// `store` fails (`None`: that mode answers UNAVAILABLE); whoever builds the limiter
+    /// supplies it, as it supplies `store`.
     pub fn new(
         config: Arc<ArcSwap<Config>>,
         store: Arc<S>,
         settings: Settings,
         metrics: Arc<Metrics>,
+        fallback: Option<MemoryStore>,
     ) -> Self {
-        let fallback = (settings.failure_mode == FailureMode::Local).then(|| {
-            MemoryStore::new(Arc::new(SystemClock))
-                .with_metrics(metrics.clone())
-                .with_max_bytes(settings.max_store_bytes)
-        });
         RateLimiter {
             in_flight: Semaphore::new(settings.max_in_flight.max(1)),
             config,
