@@ -57,6 +57,7 @@ fn limiter(algorithm: &str, clock: Arc<dyn Clock>) -> RateLimiter<MemoryStore> {
         Arc::new(MemoryStore::new(clock)),
         Settings::default(),
         Arc::default(),
+        None,
     )
 }
 

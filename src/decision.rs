@@ -17,82 +17,9 @@
 //! stands). The deciding limit of a descriptor is, when over, the denying limit with the
 //! longest wait (a wait of "never" is longest); when OK, the limit with the least remaining.
 
+pub use crate::algorithm::{verdict, ChargeOutcome, Verdict};
 use crate::limit::Limit;
 use crate::plan::{DescriptorKind, Plan, Role};
-
-/// What one charge's limit answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChargeOutcome {
-    /// The limit had room for this charge (for overdraft: had anything left).
-    pub allowed: bool,
-    /// What is left after the request, in cost units.
-    pub remaining: u64,
-    /// Allowed: until the limit is whole again. Denied: until the request's cost on this
-    /// counter fits; `None` = never.
-    pub wait_us: Option<u64>,
-}
-
-/// What a request's charges do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Not over: every charge that had room lands (and every overdraft charge).
-    Admit,
-    /// Over only because of overdraft limits: their charges land, nothing else does.
-    OverdraftOnly,
-    /// Over: nothing lands.
-    Deny,
-}
-
-impl Verdict {
-    pub fn is_over(self) -> bool {
-        self != Verdict::Admit
-    }
-
-    /// Whether a charge on a counter of this overdraft kind keeps what it added.
-    pub fn lands(self, overdraft: bool) -> bool {
-        match self {
-            Verdict::Admit => true,
-            Verdict::OverdraftOnly => overdraft,
-            Verdict::Deny => false,
-        }
-    }
-}
-
-/// The one denial rule (see the module docs), from `(role, overdraft, allowed)` per charge and
-/// the number of quota descriptors in the request (including those with no enforced limit).
-pub fn verdict(
-    charges: impl Iterator<Item = (Role, bool, bool)>,
-    quota_descriptors: usize,
-) -> Verdict {
-    let mut over = false;
-    let mut hard = false;
-    // Quota descriptors seen denied: (descriptor, also by a non-overdraft limit).
-    let mut quota: Vec<(u32, bool)> = Vec::new();
-    for (role, overdraft, allowed) in charges {
-        if allowed {
-            continue;
-        }
-        match role {
-            Role::Shadow => {}
-            Role::Enforced => {
-                over = true;
-                hard |= !overdraft;
-            }
-            Role::Quota { descriptor } => match quota.iter_mut().find(|(d, _)| *d == descriptor) {
-                Some(q) => q.1 |= !overdraft,
-                None => quota.push((descriptor, !overdraft)),
-            },
-        }
-    }
-    let quota_all = quota_descriptors > 0 && quota.len() == quota_descriptors;
-    over |= quota_all;
-    hard |= quota_all && quota.iter().all(|&(_, h)| h);
-    match (over, hard) {
-        (false, _) => Verdict::Admit,
-        (true, true) => Verdict::Deny,
-        (true, false) => Verdict::OverdraftOnly,
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {

@@ -107,7 +107,7 @@ impl LimitResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreOp {
     Decide,
-    TakeBack,
+    Refund,
     Probe,
 }
 
@@ -115,7 +115,7 @@ impl StoreOp {
     fn label(self) -> &'static str {
         match self {
             StoreOp::Decide => "decide",
-            StoreOp::TakeBack => "take_back",
+            StoreOp::Refund => "refund",
             StoreOp::Probe => "probe",
         }
     }
@@ -254,10 +254,10 @@ impl Metrics {
             Family::<OpLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
         registry.register(
             "tollgate_store_duration_seconds",
-            "Redis round trips, by operation (decide, take_back, probe)",
+            "Redis round trips, by operation (decide, refund, probe)",
             store_duration.clone(),
         );
-        let store_duration = [StoreOp::Decide, StoreOp::TakeBack, StoreOp::Probe].map(|op| {
+        let store_duration = [StoreOp::Decide, StoreOp::Refund, StoreOp::Probe].map(|op| {
             store_duration
                 .get_or_create(&OpLabels {
                     op: op.label().into(),
@@ -309,7 +309,7 @@ impl Metrics {
         let refunds = Counter::default();
         registry.register(
             "tollgate_refunds",
-            "Placement groups whose charges were taken back (a request denied elsewhere, or abandoned)",
+            "Placement groups whose charges were refunded (a request denied elsewhere, or abandoned)",
             refunds.clone(),
         );
         let memory_evictions = Counter::default();
@@ -436,7 +436,7 @@ impl Metrics {
     pub fn store_duration(&self, op: StoreOp, seconds: f64) {
         let i = match op {
             StoreOp::Decide => 0,
-            StoreOp::TakeBack => 1,
+            StoreOp::Refund => 1,
             StoreOp::Probe => 2,
         };
         self.store_duration[i].observe(seconds);

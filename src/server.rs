@@ -21,13 +21,15 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
+use crate::clock::SystemClock;
 use crate::config::{compile_sources, read_sources, LoadOptions, ReloadStatus, Reloader};
 use crate::grpc::Calls;
 use crate::metrics::Metrics;
 use crate::service::RateLimiter;
 use crate::serving;
-use crate::settings::Settings;
+use crate::settings::{FailureMode, Settings};
 use crate::shutdown::Shutdown;
+use crate::store::memory::MemoryStore;
 use crate::store::{AnyStore, Store};
 use crate::transport::{self, Connections, Transport};
 
@@ -140,11 +142,18 @@ async fn start_serving(
     config.warn_if_empty(&opts.config_path);
     let config = Arc::new(ArcSwap::from_pointee(config));
     let metrics = opts.metrics.clone();
+    // `--failure-mode local`'s in-process limiter.
+    let fallback = (opts.settings.failure_mode == FailureMode::Local).then(|| {
+        MemoryStore::new(Arc::new(SystemClock))
+            .with_metrics(metrics.clone())
+            .with_max_bytes(opts.settings.max_store_bytes)
+    });
     let limiter = Arc::new(RateLimiter::new(
         config.clone(),
         store.clone(),
         opts.settings.clone(),
         metrics.clone(),
+        fallback,
     ));
 
     let connections = Connections::new(&opts.transport)?;
@@ -203,14 +212,14 @@ async fn start_serving(
     let serve = {
         let (shutdown, drain, store) = (shutdown.clone(), drain.clone(), store.clone());
         let limiter = limiter.clone();
-        move |incoming: serving::Incoming| {
+        move |accepted: serving::Accepted| {
             let routes = tonic::service::Routes::new(health_service.clone());
             let calls = Calls::new(limiter.clone(), routes);
             let (connections, drain) = (connections.clone(), drain());
             let (shutdown, store) = (shutdown.clone(), store.clone());
             let serve = async move {
                 tokio::select! {
-                    () = transport::serve(incoming, calls, connections, drain) => {}
+                    () = transport::serve(accepted, calls, connections, drain) => {}
                     _ = async { shutdown.wait().await; tokio::time::sleep(grace).await } => {
                         tracing::warn!("gRPC calls still open after the grace period; stopping");
                     }
@@ -221,7 +230,7 @@ async fn start_serving(
         }
     };
     let threads = serving::thread_count(opts.serving_threads);
-    let grpc = serving::start(grpc_listener, threads, serve, drain())?;
+    let grpc = serving::start_threads(grpc_listener, threads, serve, drain())?;
     let app = admin::router(
         Arc::new(AdminState {
             limiter,

@@ -18,18 +18,18 @@ use arc_swap::ArcSwap;
 use opentelemetry::KeyValue;
 use tokio::sync::Semaphore;
 
-use crate::clock::SystemClock;
+use crate::algorithm::Mode;
 use crate::config::{Config, DomainPolicy};
 use crate::decision::{self, assemble, Code, Decision};
 use crate::log_throttle;
 use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use crate::plan::{plan, Charge, Plan, Role};
+use crate::plan::{plan, Plan, PlannedCharge, Role};
 use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
 use crate::store::error::Cause;
 use crate::store::memory::MemoryStore;
-use crate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
+use crate::store::{ChargeOutcome, Store, StoreError};
 use crate::telemetry;
 use crate::validate::{validate, Bounds};
 
@@ -87,7 +87,7 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
             limit.params.limit = part(limit.params.limit);
             limit.params.burst = part(limit.params.burst);
             limit.requests_per_unit = part(u64::from(limit.requests_per_unit)) as u32;
-            Charge {
+            PlannedCharge {
                 limit: Cow::Owned(limit),
                 key: c.key.clone(),
                 ..c.clone()
@@ -180,9 +180,7 @@ impl<S: Store> RateLimiter<S> {
             }
         }
         let plan = plan(config, req).map_err(|e| invalid(e.0))?;
-        let mode = ApplyMode {
-            count_rejected: self.settings.count_rejected,
-        };
+        let mode = Mode::charging(self.settings.count_rejected);
         let outcomes = if plan.charges.is_empty() {
             Vec::new()
         } else if self.fallback.is_some() && !self.store.is_ready() {
@@ -281,9 +279,7 @@ impl<S: Store> RateLimiter<S> {
     ) -> Result<RateLimitResponse, CallError> {
         let share = self.settings.local_fallback_share.max(1);
         let local = shared_out(plan, share);
-        let mode = ApplyMode {
-            count_rejected: self.settings.count_rejected,
-        };
+        let mode = Mode::charging(self.settings.count_rejected);
         let outcomes = match &self.fallback {
             Some(store) => store
                 .apply(&local, mode)
@@ -339,17 +335,16 @@ impl<S: Store> RateLimiter<S> {
         }
     }
 
+    /// `fallback` is the in-process limiter `--failure-mode local` decides against while
+    /// `store` fails (`None`: that mode answers UNAVAILABLE); whoever builds the limiter
+    /// supplies it, as it supplies `store`.
     pub fn new(
         config: Arc<ArcSwap<Config>>,
         store: Arc<S>,
         settings: Settings,
         metrics: Arc<Metrics>,
+        fallback: Option<MemoryStore>,
     ) -> Self {
-        let fallback = (settings.failure_mode == FailureMode::Local).then(|| {
-            MemoryStore::new(Arc::new(SystemClock))
-                .with_metrics(metrics.clone())
-                .with_max_bytes(settings.max_store_bytes)
-        });
         RateLimiter {
             in_flight: Semaphore::new(settings.max_in_flight.max(1)),
             config,

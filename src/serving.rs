@@ -21,11 +21,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 /// The connections one serving thread is given, as tonic's `serve_with_incoming` wants them.
-pub struct Incoming {
+pub struct Accepted {
     rx: mpsc::UnboundedReceiver<StdTcpStream>,
 }
 
-impl Stream for Incoming {
+impl Stream for Accepted {
     type Item = std::io::Result<TcpStream>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -48,14 +48,14 @@ pub fn thread_count(requested: usize) -> usize {
 /// and an acceptor on the current runtime that deals `listener`'s connections out to them
 /// (with `TCP_NODELAY`: without it an answer can wait for the client's delayed ACK) until
 /// `stop_accepting` resolves. The returned task ends when every thread has.
-pub fn start<F, Fut>(
+pub fn start_threads<F, Fut>(
     listener: TcpListener,
     threads: usize,
     serve: F,
     stop_accepting: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
 where
-    F: Fn(Incoming) -> Fut + Send + Sync + Clone + 'static,
+    F: Fn(Accepted) -> Fut + Send + Sync + Clone + 'static,
     Fut: Future<Output = anyhow::Result<()>> + 'static,
 {
     let mut senders = Vec::with_capacity(threads);
@@ -71,7 +71,7 @@ where
         std::thread::Builder::new()
             .name(format!("tollgate-grpc-{i}"))
             .spawn(move || {
-                let result = runtime.block_on(serve(Incoming { rx }));
+                let result = runtime.block_on(serve(Accepted { rx }));
                 let _ = finished.send(result);
             })
             .context("cannot start a serving thread")?;
@@ -88,7 +88,7 @@ where
 }
 
 /// Deals connections out round-robin until `stop` resolves; dropping the senders then ends
-/// every thread's `Incoming`.
+/// every thread's `Accepted`.
 async fn accept(
     listener: TcpListener,
     threads: Vec<mpsc::UnboundedSender<StdTcpStream>>,

@@ -7,7 +7,7 @@
 //! Unset, no span is ever created, so tracing costs nothing.
 //!
 //! A `ShouldRateLimit` span continues the caller's trace from its W3C `traceparent` (Envoy
-//! sends it when tracing is on); Redis round trips and take-backs are its children. Spans
+//! sends it when tracing is on); Redis round trips and refunds are its children. Spans
 //! carry the domain, counts and outcomes, never descriptor values.
 
 use std::sync::OnceLock;

@@ -23,7 +23,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::grpc::Calls;
 use crate::pem::{certs, private_key};
-use crate::serving::Incoming;
+use crate::serving::Accepted;
 use crate::store::Store;
 
 /// How long a client may take to finish its TLS handshake.
@@ -110,10 +110,10 @@ impl Connections {
     }
 }
 
-/// Serves every connection `incoming` yields until it ends or `stop_accepting` resolves, then
+/// Serves every connection `accepted` yields until it ends or `stop_accepting` resolves, then
 /// closes the open ones gracefully (in-flight calls finish) and returns once they are closed.
 pub async fn serve<S: Store>(
-    mut incoming: Incoming,
+    mut accepted: Accepted,
     calls: Calls<S>,
     connections: Connections,
     stop_accepting: impl Future<Output = ()>,
@@ -124,7 +124,7 @@ pub async fn serve<S: Store>(
     tokio::pin!(stop_accepting);
     loop {
         tokio::select! {
-            conn = incoming.next() => match conn {
+            conn = accepted.next() => match conn {
                 Some(Ok(tcp)) => {
                     open.spawn(connection(tcp, calls.clone(), connections.clone(), closing_rx.clone()));
                 }

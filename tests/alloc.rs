@@ -70,6 +70,7 @@ fn per_decision(reqs: &[RateLimitRequest]) -> f64 {
         Arc::new(MemoryStore::new(Arc::new(SystemClock))),
         Settings::default(),
         Arc::default(),
+        None,
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()

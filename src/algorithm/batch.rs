@@ -11,13 +11,13 @@
 //! whole; a denied one, the time until the request's unlanded cost on that counter fits.
 
 use super::{
-    charge, check_cost, fits, refresh, remaining, reset_after, retry_after, Landing, State,
+    charge, check_cost, fits, refresh, remaining, reset_after, retry_after, verdict, ChargeOutcome,
+    Landing, Mode, Role, State, Verdict,
 };
-use crate::decision::{verdict, ChargeOutcome, Verdict};
 use crate::limit::LimitParams;
-use crate::plan::Role;
 
-/// One charge of a batch, pointing at its counter (an index into the batch's counters).
+/// A charge in a batch (last stage, after `store::placement::PlacedCharge`): the limit's
+/// numbers, pointing at its counter (an index into the batch's counters).
 #[derive(Debug, Clone, Copy)]
 pub struct BatchCharge {
     pub counter: usize,
@@ -58,15 +58,6 @@ impl Counter {
     }
 }
 
-/// How a batch is charged.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BatchMode {
-    /// envoyproxy/ratelimit's counting: every charge lands, even on a denied request.
-    pub count_rejected: bool,
-    /// Evaluate and report; nothing lands.
-    pub dry_run: bool,
-}
-
 /// What a batch decided: the verdict, and per charge whether its limit had room and what it
 /// left in its counter (`added` 0 for a charge that did not land).
 #[derive(Debug, Clone, PartialEq)]
@@ -78,20 +69,24 @@ pub struct Evaluated {
 
 /// Decides a request (or one placement group of it) all-or-nothing over `counters`, marking
 /// the ones to write back. `quota_descriptors` counts the whole request's quota descriptors.
+/// `mode` is `Decide`, `CountRejected` (every charge lands) or `DryRun` (nothing lands);
+/// a refund is not a batch (see [`super::refund`]).
 pub fn evaluate(
     counters: &mut [Counter],
     charges: &[BatchCharge],
     now: u64,
-    mode: BatchMode,
+    mode: Mode,
     quota_descriptors: usize,
 ) -> Evaluated {
+    debug_assert!(mode != Mode::Refund, "a refund is not a batch");
+    let count_rejected = mode == Mode::CountRejected;
     let mut allowed = Vec::with_capacity(charges.len());
     let mut landings = Vec::with_capacity(charges.len());
     for c in charges {
         let counter = &mut counters[c.counter];
-        let k = check_cost(&c.params, c.cost, mode.count_rejected);
+        let k = check_cost(&c.params, c.cost, count_rejected);
         let ok = fits(&counter.after, &c.params, k, now);
-        let landing = if ok || c.params.overdraft || mode.count_rejected {
+        let landing = if ok || c.params.overdraft || count_rejected {
             charge(&mut counter.after, &c.params, c.cost, now)
         } else {
             Landing::default()
@@ -107,8 +102,8 @@ pub fn evaluate(
         quota_descriptors,
     );
     for counter in counters.iter_mut() {
-        let lands = mode.count_rejected || verdict.lands(counter.overdraft);
-        counter.commit = !mode.dry_run && lands && counter.after != counter.loaded;
+        let lands = count_rejected || verdict.lands(counter.overdraft);
+        counter.commit = mode != Mode::DryRun && lands && counter.after != counter.loaded;
     }
     for (c, landing) in charges.iter().zip(landings.iter_mut()) {
         if !counters[c.counter].commit {
@@ -168,7 +163,7 @@ pub fn evaluate_and_report(
     counters: &mut [Counter],
     charges: &[BatchCharge],
     now: u64,
-    mode: BatchMode,
+    mode: Mode,
     quota_descriptors: usize,
 ) -> (Evaluated, Vec<ChargeOutcome>) {
     let evaluated = evaluate(counters, charges, now, mode, quota_descriptors);
@@ -179,7 +174,7 @@ pub fn evaluate_and_report(
         &evaluated.allowed,
         &evaluated.landings,
         now,
-        mode.count_rejected,
+        mode == Mode::CountRejected,
     );
     (evaluated, outcomes)
 }
@@ -211,7 +206,7 @@ pub(crate) mod tests {
             cost,
             role: Role::Enforced,
         }];
-        let out = evaluate_and_report(&mut counters, &charges, now, BatchMode::default(), 0).1;
+        let out = evaluate_and_report(&mut counters, &charges, now, Mode::Decide, 0).1;
         let counter = counters.remove(0);
         *state = if counter.commit {
             counter.after
@@ -244,17 +239,13 @@ pub(crate) mod tests {
                 role: Role::Enforced,
             })
             .collect();
-        let out = evaluate_and_report(&mut counters, &charges, now, BatchMode::default(), 0).1;
+        let out = evaluate_and_report(&mut counters, &charges, now, Mode::Decide, 0).1;
         assert!(out[0].allowed && !out[1].allowed);
         assert!(!counters[0].commit && !counters[1].commit);
         assert_eq!(out[0].remaining, 1);
 
         let mut counters = fresh();
-        let mode = BatchMode {
-            count_rejected: true,
-            dry_run: false,
-        };
-        let out = evaluate_and_report(&mut counters, &charges, now, mode, 0).1;
+        let out = evaluate_and_report(&mut counters, &charges, now, Mode::CountRejected, 0).1;
         assert!(out[0].allowed && !out[1].allowed);
         assert!(counters[0].commit && counters[1].commit);
     }

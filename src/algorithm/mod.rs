@@ -14,8 +14,11 @@
 
 pub mod batch;
 pub mod fixed_window;
+mod rule;
 pub mod sliding_window;
 pub mod token_bucket;
+
+pub use rule::{verdict, ChargeOutcome, Mode, Role, Verdict};
 
 use fixed_window::Window;
 use sliding_window::Log;
@@ -139,7 +142,7 @@ pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) -
     Landing { added, mark }
 }
 
-/// Undoes a charge that landed as `landing`, exactly, whatever else was charged since
+/// Refunds a charge that landed as `landing`, exactly, whatever else was charged since
 /// (see each algorithm for how). `state` must be refreshed.
 pub fn refund(state: &mut Option<State>, p: &LimitParams, landing: Landing, now: u64) {
     if landing.added == 0 {

@@ -7,7 +7,7 @@
 //! so all comparisons are exact integer ones.
 //!
 //! **Exact refunds.** Removing an earlier charge `c` from a bucket that others charged since
-//! gives back `min(c·T, smallest debt any later charge found)`: a later charge that found less
+//! refunds `min(c·T, smallest debt any later charge found)`: a later charge that found less
 //! debt than `c·T` would have found the bucket full without `c`, and GCRA's `max(tat, now)`
 //! forgets what lies below. So the state keeps, per run (from an empty bucket, `born`), a
 //! sequence number and the debts later charges found, as a short monotone stack (only debts

@@ -3,7 +3,7 @@
 //! For each descriptor of the request, walk the domain's match tree as envoyproxy/ratelimit
 //! does (exact beats wildcard beats key-only; no backtracking; a limit applies only at the
 //! request's exact depth), add the limits of `hierarchical` rules passed on the way, apply a
-//! `limit` override and `replaces`, and emit one [`Charge`] per limit: its counter key, the
+//! `limit` override and `replaces`, and emit one [`PlannedCharge`] per limit: its counter key, the
 //! limit, the cost, and its role in the decision.
 //!
 //! Counter keys and their hash tags are built in [`key`].
@@ -16,27 +16,17 @@ use std::ops::Range;
 use key::counter_key;
 pub use key::tag_of;
 
+pub use crate::algorithm::Role;
 use crate::config::{Config, Pattern, Rule};
 use crate::limit::{proto_unit_name, Limit, Unit};
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
 
-/// How a charge takes part in the request's decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Denies the request when over.
-    Enforced,
-    /// Reports, never denies (per-rule `shadow_mode`).
-    Shadow,
-    /// `quota_mode`: the request is denied only when every quota descriptor is over.
-    Quota { descriptor: u32 },
-}
-
 /// Everything a request will charge, and how each descriptor is answered.
 #[derive(Debug)]
 pub struct Plan<'c> {
     pub descriptors: Vec<DescriptorPlan<'c>>,
-    pub charges: Vec<Charge<'c>>,
+    pub charges: Vec<PlannedCharge<'c>>,
     /// Descriptors whose matched rule has `quota_mode`, charged or not (see
     /// [`crate::decision::verdict`]).
     pub quota_descriptors: usize,
@@ -83,9 +73,10 @@ pub struct DescriptorPlan<'c> {
     pub metadata: Option<&'c serde_json::Map<String, serde_json::Value>>,
 }
 
-/// One limit charged by one descriptor.
+/// A charge as planned (first stage; a store places it as a `store::placement::PlacedCharge`):
+/// one limit charged by one descriptor, its counter key without a store prefix.
 #[derive(Debug, Clone)]
-pub struct Charge<'c> {
+pub struct PlannedCharge<'c> {
     pub descriptor: usize,
     pub limit: Cow<'c, Limit>,
     /// The counter key, `{tag}rest`, without any store prefix.
@@ -94,7 +85,7 @@ pub struct Charge<'c> {
     pub role: Role,
 }
 
-impl Charge<'_> {
+impl PlannedCharge<'_> {
     /// The hash tag (between the leading braces): keys with one tag share a Redis slot.
     pub fn tag(&self) -> &str {
         tag_of(&self.key)
@@ -246,7 +237,7 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             *range = charges.len()..charges.len();
         }
         range.end += 1;
-        charges.push(Charge {
+        charges.push(PlannedCharge {
             descriptor: c.descriptor,
             cost: cost_of(c.descriptor),
             limit: c.limit,

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use super::memory::MemoryStore;
 use super::redis::RedisStore;
-use super::{ApplyMode, ChargeOutcome, Store, StoreError};
+use super::{ChargeOutcome, Store, StoreError};
+use crate::algorithm::Mode;
 use crate::plan::Plan;
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -68,7 +69,7 @@ pub trait DynStore: Send + Sync + 'static {
     fn apply_boxed<'a>(
         &'a self,
         plan: &'a Plan<'a>,
-        mode: ApplyMode,
+        mode: Mode,
     ) -> Boxed<'a, Result<Vec<ChargeOutcome>, StoreError>>;
     fn name(&self) -> &'static str;
     fn is_ready(&self) -> bool;
@@ -83,7 +84,7 @@ impl<S: Store> DynStore for S {
     fn apply_boxed<'a>(
         &'a self,
         plan: &'a Plan<'a>,
-        mode: ApplyMode,
+        mode: Mode,
     ) -> Boxed<'a, Result<Vec<ChargeOutcome>, StoreError>> {
         Box::pin(self.apply(plan, mode))
     }
@@ -111,11 +112,7 @@ impl<S: Store> DynStore for S {
 }
 
 impl Store for AnyStore {
-    async fn apply(
-        &self,
-        plan: &Plan<'_>,
-        mode: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         match self {
             AnyStore::Memory(s) => s.apply(plan, mode).await,
             AnyStore::Redis(s) => s.apply(plan, mode).await,

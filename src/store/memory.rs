@@ -20,10 +20,10 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::placement::{place, Layout, Placed};
-use super::protocol::{GroupAnswer, Mode, Next, Protocol, Undo};
-use super::{ApplyMode, ChargeOutcome, Store, StoreError};
-use crate::algorithm::batch::{self, BatchCharge, BatchMode, Counter};
-use crate::algorithm::{expires_at, refresh, refund, Landing, State};
+use super::protocol::{GroupAnswer, Next, Protocol, Refund};
+use super::{ChargeOutcome, Store, StoreError};
+use crate::algorithm::batch::{self, BatchCharge, Counter};
+use crate::algorithm::{expires_at, refresh, refund, Landing, Mode, State};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::plan::Plan;
@@ -54,13 +54,13 @@ fn entry_bytes(key: &str, state: &State) -> usize {
 }
 
 #[derive(Default)]
-struct Shard {
+struct MemoryShard {
     map: HashMap<String, Entry>,
     /// What the entries hold, by [`entry_bytes`].
     bytes: usize,
 }
 
-impl Shard {
+impl MemoryShard {
     /// Drops expired entries, then the live ones closest to expiry (never `keep`), until the
     /// shard holds at most 90% of `budget`. Returns how many live entries were evicted.
     fn shrink(&mut self, budget: usize, now: u64, keep: &str) -> u64 {
@@ -97,7 +97,7 @@ impl Shard {
 }
 
 pub struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<MemoryShard>]>,
     /// Each shard's share of `--max-store-bytes`.
     shard_budget: usize,
     hasher: RandomState,
@@ -108,11 +108,7 @@ pub struct MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn apply(
-        &self,
-        plan: &Plan<'_>,
-        mode: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         Ok(self.apply_now(plan, mode))
     }
 
@@ -132,15 +128,15 @@ impl Store for MemoryStore {
 
 /// The shards one request holds, and where its keys live.
 struct Locked<'s> {
-    /// Shard indexes, ascending, each once.
+    /// MemoryShard indexes, ascending, each once.
     order: Vec<usize>,
-    guards: Vec<MutexGuard<'s, Shard>>,
-    /// Per spec, its shard.
+    guards: Vec<MutexGuard<'s, MemoryShard>>,
+    /// Per placed charge, its shard.
     shard_of: Vec<usize>,
 }
 
 impl Locked<'_> {
-    fn shard(&mut self, spec: usize) -> &mut Shard {
+    fn shard(&mut self, spec: usize) -> &mut MemoryShard {
         let shard = self.shard_of[spec];
         let i = self.order.binary_search(&shard).unwrap_or_default();
         &mut self.guards[i]
@@ -199,7 +195,9 @@ impl Locked<'_> {
 impl MemoryStore {
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(MemoryShard::default()))
+                .collect(),
             shard_budget: DEFAULT_MAX_BYTES / SHARDS,
             hasher: RandomState::new(),
             clock,
@@ -212,13 +210,13 @@ impl MemoryStore {
     /// Groups a request's charges as `layout` says: [`Layout::OneNode`] (the default: one
     /// instance, every counter in one place, so a request is one all-or-nothing group) or
     /// [`Layout::ByTag`], step for step what a Redis Cluster decides (groups by hash tag,
-    /// shared limits after, take-backs), which the tests compare a cluster with.
+    /// shared limits after, refunds), which the tests compare a cluster with.
     pub fn with_layout(mut self, layout: Layout) -> MemoryStore {
         self.layout = layout;
         self
     }
 
-    /// Counts into `metrics` (take-backs, evictions).
+    /// Counts into `metrics` (refunds, evictions).
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> MemoryStore {
         self.metrics = metrics;
         self
@@ -260,10 +258,14 @@ impl MemoryStore {
             .sum()
     }
 
-    fn apply_now(&self, plan: &Plan<'_>, mode: ApplyMode) -> Vec<ChargeOutcome> {
+    fn apply_now(&self, plan: &Plan<'_>, mode: Mode) -> Vec<ChargeOutcome> {
         let now = self.clock.now_us();
         let placed = place(plan, "", self.layout);
-        let shard_of: Vec<usize> = placed.specs.iter().map(|s| self.shard_of(&s.key)).collect();
+        let shard_of: Vec<usize> = placed
+            .charges
+            .iter()
+            .map(|s| self.shard_of(&s.key))
+            .collect();
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
@@ -273,7 +275,7 @@ impl MemoryStore {
             guards,
             shard_of,
         };
-        let mut protocol = Protocol::new(&placed, mode.count_rejected);
+        let mut protocol = Protocol::new(&placed, mode);
         let run = Run {
             now,
             budget: self.shard_budget,
@@ -287,10 +289,10 @@ impl MemoryStore {
                         protocol.record(gi, answer);
                     }
                 }
-                Next::TakeBack(undos) => {
-                    self.metrics.refunds.inc_by(undos.len() as u64);
-                    for (gi, undo) in undos {
-                        let answer = take_back(&mut locked, &placed, gi, &undo, &run, mode);
+                Next::Refund(by_group) => {
+                    self.metrics.refunds.inc_by(by_group.len() as u64);
+                    for (gi, refunds) in by_group {
+                        let answer = refund_group(&mut locked, &placed, gi, &refunds, &run, mode);
                         protocol.record(gi, answer);
                     }
                 }
@@ -300,7 +302,7 @@ impl MemoryStore {
     }
 }
 
-/// The group's distinct keys (as spec indexes) and its charges as a batch over them.
+/// The group's distinct keys (as indexes into the placed charges) and its charges as a batch over them.
 fn group_batch<'p>(placed: &'p Placed<'_>, gi: usize) -> (&'p [usize], Vec<BatchCharge>) {
     let g = &placed.groups[gi];
     let charges = g
@@ -308,7 +310,7 @@ fn group_batch<'p>(placed: &'p Placed<'_>, gi: usize) -> (&'p [usize], Vec<Batch
         .iter()
         .zip(&g.key_of)
         .map(|(&ci, &k)| {
-            let s = &placed.specs[ci];
+            let s = &placed.charges[ci];
             BatchCharge {
                 counter: k,
                 params: s.params,
@@ -340,20 +342,16 @@ fn run_group(
     let mut counters: Vec<Counter> = keys
         .iter()
         .map(|&s| {
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             Counter::new(locked.load(s, &spec.key, now), &spec.params, now)
         })
         .collect();
-    let batch_mode = BatchMode {
-        count_rejected: mode == Mode::CountRejected,
-        dry_run: mode == Mode::DryRun,
-    };
     let quota = placed.quota_descriptors;
     let (evaluated, outcomes) =
-        batch::evaluate_and_report(&mut counters, &charges, now, batch_mode, quota);
+        batch::evaluate_and_report(&mut counters, &charges, now, mode, quota);
     for (counter, &s) in counters.into_iter().zip(keys) {
         if counter.commit {
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             let evicted = locked.store(s, &spec.key, counter.after, &spec.params, budget, now);
             metrics.memory_evictions.inc_by(evicted);
         }
@@ -361,39 +359,39 @@ fn run_group(
     outcomes.into_iter().zip(evaluated.landings).collect()
 }
 
-/// Takes back what `undo` says in one group, writes the counters back and answers as things
+/// Refunds what `refunds` says in one group, writes the counters back and answers as things
 /// stand.
-fn take_back(
+fn refund_group(
     locked: &mut Locked<'_>,
     placed: &Placed<'_>,
     gi: usize,
-    undo: &[Undo],
+    refunds: &[Refund],
     run: &Run<'_>,
-    mode: ApplyMode,
+    mode: Mode,
 ) -> GroupAnswer {
     let (now, budget, metrics) = (run.now, run.budget, run.metrics);
     let (keys, charges) = group_batch(placed, gi);
     let mut states: Vec<Option<State>> = keys
         .iter()
         .map(|&s| {
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             let mut state = locked.load(s, &spec.key, now);
             refresh(&mut state, &spec.params, now);
             state
         })
         .collect();
-    for (c, u) in charges.iter().zip(undo) {
-        if u.take_back {
+    for (c, u) in charges.iter().zip(refunds) {
+        if u.refund {
             let s = keys[c.counter];
             let state = &mut states[c.counter];
             refund(state, &c.params, u.landing, now);
-            let spec = &placed.specs[s];
+            let spec = &placed.charges[s];
             let evicted = locked.store(s, &spec.key, state.clone(), &spec.params, budget, now);
             metrics.memory_evictions.inc_by(evicted);
         }
     }
-    let allowed: Vec<bool> = undo.iter().map(|u| u.allowed).collect();
-    let landings: Vec<Landing> = undo.iter().map(Undo::kept).collect();
+    let allowed: Vec<bool> = refunds.iter().map(|u| u.allowed).collect();
+    let landings: Vec<Landing> = refunds.iter().map(Refund::kept).collect();
     let finals: Vec<&Option<State>> = states.iter().collect();
     let outcomes = batch::report(
         &finals,
@@ -401,7 +399,7 @@ fn take_back(
         &allowed,
         &landings,
         now,
-        mode.count_rejected,
+        mode == Mode::CountRejected,
     );
     outcomes.into_iter().zip(landings).collect()
 }

@@ -10,26 +10,22 @@ pub mod redis;
 
 use std::future::Future;
 
+use crate::algorithm::Mode;
 pub use crate::decision::ChargeOutcome;
 use crate::plan::Plan;
 pub use any::{AnyStore, DynStore};
 
 pub use error::StoreError;
 
-/// How a batch is charged.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ApplyMode {
-    /// envoyproxy/ratelimit's behaviour: every charge lands, even on a denied request.
-    pub count_rejected: bool,
-}
-
 pub trait Store: Send + Sync + 'static {
     /// Decides and charges `plan`'s charges as one request, by the rule of
-    /// [`crate::decision::verdict`]. Outcomes are index-aligned with `plan.charges`.
+    /// [`crate::decision::verdict`], in `mode` ([`Mode::charging`]: `Decide`, or
+    /// `CountRejected` for envoyproxy/ratelimit's counting, where every charge lands even on a
+    /// denied request). Outcomes are index-aligned with `plan.charges`.
     fn apply(
         &self,
         plan: &Plan<'_>,
-        mode: ApplyMode,
+        mode: Mode,
     ) -> impl Future<Output = Result<Vec<ChargeOutcome>, StoreError>> + Send;
 
     /// What kind of store this is, for spans and logs (`memory`, `redis`).
@@ -55,7 +51,7 @@ pub trait Store: Send + Sync + 'static {
         async {}
     }
 
-    /// After serving has stopped: gives back what this instance holds of shared counters (the
+    /// After serving has stopped: refunds what this instance holds of shared counters (the
     /// Redis store's unspent leases).
     fn close(&self) -> impl Future<Output = ()> + Send {
         async {}

@@ -12,11 +12,12 @@ use std::borrow::Cow;
 use crate::limit::LimitParams;
 use crate::plan::{Plan, Role};
 
-/// A charge as a store needs it. The Redis store owns its keys (its decisions outlive the
-/// request future, so that a charge that lands late is still taken back); the memory store
+/// A charge as placed (second stage, after [`crate::plan::PlannedCharge`]): what a store runs,
+/// its key with the store's prefix, the limit's numbers and the lease. The Redis store owns its keys (its decisions outlive the
+/// request future, so that a charge that lands late is still refunded); the memory store
 /// borrows them from the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spec<'a> {
+pub struct PlacedCharge<'a> {
     /// The counter key, with the store's prefix.
     pub key: Cow<'a, str>,
     pub params: LimitParams,
@@ -30,9 +31,9 @@ pub struct Spec<'a> {
 /// Charges sharing a hash tag, with their distinct keys.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Group {
-    /// Per distinct key of the group, the spec that names it.
+    /// Per distinct key of the group, the placed charge that names it.
     pub keys: Vec<usize>,
-    /// The group's charges (indexes into the specs), in request order.
+    /// The group's charges (indexes into `Placed::charges`), in request order.
     pub charges: Vec<usize>,
     /// Per charge, its key's index in `keys`.
     pub key_of: Vec<usize>,
@@ -41,7 +42,7 @@ pub struct Group {
 }
 
 impl Group {
-    /// The group of one shared charge on its own key (spec 0): a lease's top-up or return.
+    /// The group of one shared charge on its own key (charge 0): a lease's top-up or refund.
     pub fn one_shared() -> Group {
         Group {
             keys: vec![0],
@@ -55,7 +56,7 @@ impl Group {
 /// A request laid out in placement groups.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Placed<'a> {
-    pub specs: Vec<Spec<'a>>,
+    pub charges: Vec<PlacedCharge<'a>>,
     pub groups: Vec<Group>,
     /// Quota descriptors in the whole request.
     pub quota_descriptors: usize,
@@ -68,7 +69,7 @@ pub enum Layout {
     /// group per tag.
     ByTag,
     /// One node (a single Redis, Sentinel's primary): every charge in one group, which one
-    /// script call decides all-or-nothing, with nothing to take back; a leased shared limit
+    /// script call decides all-or-nothing, with nothing to refund; a leased shared limit
     /// keeps a group of its own.
     OneNode,
 }
@@ -115,7 +116,7 @@ pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str, layout: Layout) -> Placed<'a>
             key.push_str(&c.key);
             Cow::Owned(key)
         };
-        specs.push(Spec {
+        specs.push(PlacedCharge {
             key,
             params: c.limit.params,
             cost: c.cost,
@@ -129,7 +130,7 @@ pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str, layout: Layout) -> Placed<'a>
     }
     groups.sort_by_key(|g| g.shared);
     Placed {
-        specs,
+        charges: specs,
         groups,
         quota_descriptors: plan.quota_descriptors,
     }
@@ -139,10 +140,10 @@ impl Placed<'_> {
     /// The same layout with owned keys.
     pub fn into_owned(self) -> Placed<'static> {
         Placed {
-            specs: self
-                .specs
+            charges: self
+                .charges
                 .into_iter()
-                .map(|s| Spec {
+                .map(|s| PlacedCharge {
                     key: Cow::Owned(s.key.into_owned()),
                     params: s.params,
                     cost: s.cost,
@@ -162,13 +163,13 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::limit::{Limit, Unit};
-    use crate::plan::{Charge, DescriptorKind, DescriptorPlan};
+    use crate::plan::{DescriptorKind, DescriptorPlan, PlannedCharge};
 
     /// A one-unit charge of a 10-a-minute limit on `key`.
-    pub(crate) fn charge(key: &str, shared: bool) -> Charge<'static> {
+    pub(crate) fn charge(key: &str, shared: bool) -> PlannedCharge<'static> {
         let mut limit = Limit::from_override(10, Unit::Minute, false);
         limit.shared = shared;
-        Charge {
+        PlannedCharge {
             descriptor: 0,
             limit: Cow::Owned(limit),
             key: key.to_string(),
@@ -178,7 +179,7 @@ pub(crate) mod tests {
     }
 
     /// One limited descriptor holding `charges`.
-    pub(crate) fn plan(charges: Vec<Charge<'static>>) -> Plan<'static> {
+    pub(crate) fn plan(charges: Vec<PlannedCharge<'static>>) -> Plan<'static> {
         Plan {
             descriptors: vec![DescriptorPlan {
                 kind: DescriptorKind::Limited,
@@ -201,7 +202,7 @@ pub(crate) mod tests {
             charge("{d|t=a}|f60", false),
         ]);
         let placed = place(&plan, "tg:2:", Layout::ByTag);
-        assert_eq!(placed.specs[1].key, "tg:2:{d|t=a}|f60");
+        assert_eq!(placed.charges[1].key, "tg:2:{d|t=a}|f60");
         assert_eq!(
             placed.groups,
             vec![

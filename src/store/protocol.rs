@@ -3,68 +3,42 @@
 //! A request's placement groups are decided one script call (Redis) or one batch (memory)
 //! each: descriptor groups first — they share no key, so Redis runs them concurrently —
 //! then shared limits in order; once the request is sure to be denied, the remaining groups
-//! only evaluate (dry run), so a hot shared key never holds a charge that is about to be taken
-//! back. Each group commits by its own verdict; when the request's final verdict says a
-//! landed charge must not stay, that group takes it back exactly and answers again as things
+//! only evaluate (dry run), so a hot shared key never holds a charge that is about to be
+//! refunded. Each group commits by its own verdict; when the request's final verdict says a
+//! landed charge must not stay, that group refunds it exactly and answers again as things
 //! stand. The memory store runs all of this under its locks, so it stays atomic, and answers
 //! what Redis answers, step for step (the differential test compares them). On one node
 //! ([`super::placement::Layout::OneNode`]) a request is one group, so this is one run whose
-//! verdict is the request's, with nothing to take back.
+//! verdict is the request's, with nothing to refund.
 //!
 //! A store drives [`Protocol`]: ask [`Protocol::step`] what to run, run it, give each group's
 //! answer to [`Protocol::record`], until [`Next::Done`].
 
 use super::placement::Placed;
-use crate::algorithm::Landing;
-use crate::decision::{verdict, ChargeOutcome, Verdict};
+use crate::algorithm::{verdict, ChargeOutcome, Landing, Mode, Verdict};
 
-/// What one group run does.
+/// Per charge of a group being refunded: what was decided, what it left, and whether to
+/// refund that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Decide all-or-nothing and charge.
-    Decide = 0,
-    /// Every charge lands (envoyproxy/ratelimit's counting).
-    CountRejected = 1,
-    /// Evaluate and answer; write nothing.
-    DryRun = 2,
-    /// Take back landed charges, then answer as things stand.
-    TakeBack = 3,
-}
-
-impl Mode {
-    /// How spans and logs name the mode.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Decide => "decide",
-            Mode::CountRejected => "count_rejected",
-            Mode::DryRun => "dry_run",
-            Mode::TakeBack => "take_back",
-        }
-    }
-}
-
-/// Per charge of a group being taken back: what was decided, what it left, and whether to
-/// take that back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Undo {
+pub struct Refund {
     pub allowed: bool,
     pub landing: Landing,
-    pub take_back: bool,
+    pub refund: bool,
 }
 
-impl Undo {
+impl Refund {
     /// What stays landed.
     pub fn kept(&self) -> Landing {
-        if self.take_back {
+        if self.refund {
             Landing::default()
         } else {
             self.landing
         }
     }
 
-    /// How much to take back.
+    /// How much to refund.
     pub fn amount(&self) -> u64 {
-        if self.take_back {
+        if self.refund {
             self.landing.added
         } else {
             0
@@ -80,8 +54,8 @@ pub type GroupAnswer = Vec<(ChargeOutcome, Landing)>;
 pub enum Next {
     /// Run these groups (concurrently if you like: they share no key) in these modes.
     Run(Vec<(usize, Mode)>),
-    /// Take back in these groups, with these undos per charge.
-    TakeBack(Vec<(usize, Vec<Undo>)>),
+    /// Refund in these groups, with these refunds per charge.
+    Refund(Vec<(usize, Vec<Refund>)>),
     Done,
 }
 
@@ -89,14 +63,15 @@ pub enum Next {
 enum Phase {
     Descriptors,
     Shared(usize),
-    TakeBack,
+    Refund,
     Done,
 }
 
 /// One request's decision in progress.
 pub struct Protocol<'p, 'a> {
     placed: &'p Placed<'a>,
-    count_rejected: bool,
+    /// How the request is charged: `Decide` or `CountRejected`.
+    mode: Mode,
     outcomes: Vec<ChargeOutcome>,
     landings: Vec<Landing>,
     /// Per charge: answered by a group run yet.
@@ -105,11 +80,12 @@ pub struct Protocol<'p, 'a> {
 }
 
 impl<'p, 'a> Protocol<'p, 'a> {
-    pub fn new(placed: &'p Placed<'a>, count_rejected: bool) -> Protocol<'p, 'a> {
-        let n = placed.specs.len();
+    /// A request charged in `mode` (`Decide` or `CountRejected`).
+    pub fn new(placed: &'p Placed<'a>, mode: Mode) -> Protocol<'p, 'a> {
+        let n = placed.charges.len();
         Protocol {
             placed,
-            count_rejected,
+            mode,
             outcomes: vec![
                 ChargeOutcome {
                     allowed: true,
@@ -124,19 +100,11 @@ impl<'p, 'a> Protocol<'p, 'a> {
         }
     }
 
-    fn normal(&self) -> Mode {
-        if self.count_rejected {
-            Mode::CountRejected
-        } else {
-            Mode::Decide
-        }
-    }
-
     /// The verdict so far, reading charges not yet answered as allowed: when this already
     /// denies, the request is denied whatever the rest answers.
     pub fn verdict(&self) -> Verdict {
         verdict(
-            self.placed.specs.iter().enumerate().map(|(i, s)| {
+            self.placed.charges.iter().enumerate().map(|(i, s)| {
                 let allowed = !self.known[i] || self.outcomes[i].allowed;
                 (s.role, s.params.overdraft, allowed)
             }),
@@ -153,27 +121,23 @@ impl<'p, 'a> Protocol<'p, 'a> {
                     let first_shared = groups.iter().position(|g| g.shared).unwrap_or(groups.len());
                     self.phase = Phase::Shared(first_shared);
                     if first_shared > 0 {
-                        let mode = self.normal();
+                        let mode = self.mode;
                         return Next::Run((0..first_shared).map(|gi| (gi, mode)).collect());
                     }
                 }
                 Phase::Shared(gi) if gi < self.placed.groups.len() => {
                     self.phase = Phase::Shared(gi + 1);
-                    let sure_denied = !self.count_rejected && self.verdict() == Verdict::Deny;
-                    let mode = if sure_denied {
-                        Mode::DryRun
-                    } else {
-                        self.normal()
-                    };
+                    let sure_denied = self.mode == Mode::Decide && self.verdict() == Verdict::Deny;
+                    let mode = if sure_denied { Mode::DryRun } else { self.mode };
                     return Next::Run(vec![(gi, mode)]);
                 }
-                Phase::Shared(_) => self.phase = Phase::TakeBack,
-                Phase::TakeBack => {
+                Phase::Shared(_) => self.phase = Phase::Refund,
+                Phase::Refund => {
                     self.phase = Phase::Done;
-                    if !self.count_rejected {
-                        let undos = self.undos(Some(self.verdict()));
-                        if !undos.is_empty() {
-                            return Next::TakeBack(undos);
+                    if self.mode == Mode::Decide {
+                        let refunds = self.refunds(Some(self.verdict()));
+                        if !refunds.is_empty() {
+                            return Next::Refund(refunds);
                         }
                     }
                 }
@@ -182,7 +146,7 @@ impl<'p, 'a> Protocol<'p, 'a> {
         }
     }
 
-    /// Records a group's answer (to a run or a take-back).
+    /// Records a group's answer (to a run or a refund).
     pub fn record(&mut self, gi: usize, answer: GroupAnswer) {
         for (&ci, (outcome, landing)) in self.placed.groups[gi].charges.iter().zip(answer) {
             self.outcomes[ci] = outcome;
@@ -191,9 +155,9 @@ impl<'p, 'a> Protocol<'p, 'a> {
         }
     }
 
-    /// Gives up taking back group `gi`'s charges: its take-back failed, and may still run (a
-    /// reply that timed out). They count as taken back, so nothing tries again: a second
-    /// take-back that also ran would give back more than landed (over-admitting), while one
+    /// Gives up refunding group `gi`'s charges: its refund failed, and may still run (a
+    /// reply that timed out). They count as refunded, so nothing tries again: a second
+    /// refund that also ran would refund more than landed (over-admitting), while one
     /// that never runs leaves a charge until its window passes (under-admitting).
     pub fn abandon(&mut self, gi: usize) {
         for &ci in &self.placed.groups[gi].charges {
@@ -201,27 +165,26 @@ impl<'p, 'a> Protocol<'p, 'a> {
         }
     }
 
-    /// Per group with something to take back: the undos that leave only what `verdict` lets
-    /// land (`None`: take back everything, for a decision that failed or was abandoned).
-    pub fn undos(&self, verdict: Option<Verdict>) -> Vec<(usize, Vec<Undo>)> {
+    /// Per group with something to refund: the refunds that leave only what `verdict` lets
+    /// land (`None`: refund everything, for a decision that failed or was abandoned).
+    pub fn refunds(&self, verdict: Option<Verdict>) -> Vec<(usize, Vec<Refund>)> {
         let mut out = Vec::new();
         for (gi, g) in self.placed.groups.iter().enumerate() {
-            let undo: Vec<Undo> = g
+            let refunds: Vec<Refund> = g
                 .charges
                 .iter()
                 .map(|&ci| {
                     let landing = self.landings[ci];
-                    let overdraft = self.placed.specs[ci].params.overdraft;
-                    Undo {
+                    let overdraft = self.placed.charges[ci].params.overdraft;
+                    Refund {
                         allowed: self.outcomes[ci].allowed,
                         landing,
-                        take_back: landing.added > 0
-                            && !verdict.is_some_and(|v| v.lands(overdraft)),
+                        refund: landing.added > 0 && !verdict.is_some_and(|v| v.lands(overdraft)),
                     }
                 })
                 .collect();
-            if undo.iter().any(|u| u.take_back) {
-                out.push((gi, undo));
+            if refunds.iter().any(|u| u.refund) {
+                out.push((gi, refunds));
             }
         }
         out
@@ -254,31 +217,31 @@ mod tests {
         )]
     }
 
-    /// A take-back that failed is given up: it is not asked for again, and a decision that
-    /// is abandoned afterwards (its caller gone) has nothing left to take back.
+    /// A refund that failed is given up: it is not asked for again, and a decision that
+    /// is abandoned afterwards (its caller gone) has nothing left to refund.
     #[test]
-    fn an_abandoned_take_back_is_not_retried() {
+    fn an_abandoned_refund_is_not_retried() {
         let plan = plan(vec![
             charge("{d|t=a}|f60", false),
             charge("{d|t=b}|f60", false),
         ]);
         let placed = place(&plan, "tg:", Layout::ByTag);
         assert_eq!(placed.groups.len(), 2);
-        let mut protocol = Protocol::new(&placed, false);
+        let mut protocol = Protocol::new(&placed, Mode::Decide);
         assert_eq!(
             protocol.step(),
             Next::Run(vec![(0, Mode::Decide), (1, Mode::Decide)])
         );
         protocol.record(0, answer(true, 1));
         protocol.record(1, answer(false, 0));
-        let Next::TakeBack(undos) = protocol.step() else {
-            panic!("group 0's charge must be taken back");
+        let Next::Refund(refunds) = protocol.step() else {
+            panic!("group 0's charge must be refunded");
         };
-        assert_eq!(undos.len(), 1);
-        assert_eq!(undos[0].0, 0);
-        assert_eq!(protocol.undos(None).len(), 1, "landed until taken back");
+        assert_eq!(refunds.len(), 1);
+        assert_eq!(refunds[0].0, 0);
+        assert_eq!(protocol.refunds(None).len(), 1, "landed until refunded");
         protocol.abandon(0);
         assert_eq!(protocol.step(), Next::Done);
-        assert!(protocol.undos(None).is_empty(), "nothing left to take back");
+        assert!(protocol.refunds(None).is_empty(), "nothing left to refund");
     }
 }

@@ -468,7 +468,7 @@ fn request(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimit
 
 /// Runs `steps` on both sides under a config of descriptor `t` with `limit`, and `gate`, an
 /// hourly limit of 1: a request that names the gate after its first is denied, so what it
-/// charged on `t` is taken back.
+/// charged on `t` is refunded.
 fn agree(kind: StoreKind, limit: &str, steps: Vec<(i64, RateLimitRequest)>) {
     let sc = Scenario {
         rules: Vec::new(),
@@ -505,7 +505,7 @@ fn agree(kind: StoreKind, limit: &str, steps: Vec<(i64, RateLimitRequest)>) {
 /// and writes a window's log a few entries at a time; this walks each of its paths at a size
 /// the random cases never reach: forgetting from the front, merging into the newest entry, a
 /// retry time deep in the log, half the window leaving at once (then the log is rewritten
-/// without its forgotten entries), all of it leaving (it starts afresh), and take-backs (the
+/// without its forgotten entries), all of it leaving (it starts afresh), and refunds (the
 /// gate), which the general path writes.
 #[test]
 fn lua_and_rust_agree_on_a_full_sliding_window() {
@@ -535,7 +535,7 @@ fn lua_and_rust_agree_on_a_full_sliding_window() {
     }
 }
 
-/// A token bucket's history (the debts its last 8 charges found, which take-backs read): one
+/// A token bucket's history (the debts its last 8 charges found, which refunds read): one
 /// request charges the bucket up to 12 times (a descriptor named again and again), and the
 /// gate then takes every one of them back, oldest first, while time moves so that debts
 /// both grow and shrink between requests. The random cases rarely charge one key more than

@@ -277,7 +277,7 @@ descriptors:
 }
 
 /// Asks `requests` in turn of a limiter on `yaml` over a fresh store on `redis`: their codes,
-/// the `EVALSHA`s they cost Redis, and the take-backs.
+/// the `EVALSHA`s they cost Redis, and the refunds.
 async fn codes_and_script_calls(
     redis: &crate::support::redis::RedisServer,
     yaml: &str,
@@ -302,8 +302,8 @@ async fn codes_and_script_calls(
 
 /// A group's limits are decided all-or-nothing inside its one script call: a request that
 /// one limit of a hierarchical group denies (the model's) lands nothing on the others (the
-/// tenant's), so it costs Redis one `EVALSHA` and nothing is taken back. A script that landed
-/// the charges that fit would still answer right, but only after a take-back: a second call,
+/// tenant's), so it costs Redis one `EVALSHA` and nothing is refunded. A script that landed
+/// the charges that fit would still answer right, but only after a refund: a second call,
 /// and a moment in which the tenant's counter holds a charge it should not. Every algorithm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_that_one_limit_denies_lands_nothing_in_one_script_call() {
@@ -333,15 +333,15 @@ descriptors:
         // claude still fits (the tenant's 3rd) and then the tenant is full.
         assert_eq!(codes, [OK, OK, OVER_LIMIT, OK, OVER_LIMIT], "{alg}");
         assert_eq!(calls, 5, "{alg}: one script call per request");
-        assert_eq!(refunds, 0, "{alg}: take-backs");
+        assert_eq!(refunds, 0, "{alg}: refunds");
     }
 }
 
 /// On one Redis node every key is in one place, so a request's charges (its descriptors'
 /// groups and a shared limit, which on a cluster live in slots of their own) are one script
 /// call, decided all-or-nothing: a request that the shared limit denies lands nothing on the
-/// others and costs one `EVALSHA`, with nothing to take back. The answers are those of the
-/// cluster's steps (descriptor groups, then the shared limit, then a take-back). Every
+/// others and costs one `EVALSHA`, with nothing to refund. The answers are those of the
+/// cluster's steps (descriptor groups, then the shared limit, then a refund). Every
 /// algorithm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_one_node_a_request_with_a_shared_limit_is_one_script_call() {
@@ -372,6 +372,6 @@ descriptors:
         // of 4: the user alone then fits once more.
         assert_eq!(codes, [OK, OK, OK, OVER_LIMIT, OK, OVER_LIMIT], "{alg}");
         assert_eq!(calls, 6, "{alg}: one script call per request");
-        assert_eq!(refunds, 0, "{alg}: take-backs");
+        assert_eq!(refunds, 0, "{alg}: refunds");
     }
 }

@@ -303,7 +303,7 @@ descriptors:
 }
 
 /// `b` exhausted, then 300 concurrent `[a][b]` (all denied: on a cluster `a`'s tentative
-/// charges are taken back; on one node, one group, they never land) and 20 `[a]`: `a` must be
+/// charges are refunded; on one node, one group, they never land) and 20 `[a]`: `a` must be
 /// left with exactly 980.
 async fn refunds_are_exact_under_concurrency(kind: StoreKind, algorithm: &str) -> u32 {
     let clock = ManualClock::new(T0 + 10 * S);
@@ -351,7 +351,7 @@ fn hole_4_sliding_window_refunds_are_exact_under_concurrency() {
 }
 
 #[test]
-fn hole_5_token_bucket_refunds_never_give_back_more_than_was_charged() {
+fn hole_5_token_bucket_never_refunds_more_than_was_charged() {
     for_every_store(|kind| async move {
         for algorithm in ["token_bucket", "fixed_window"] {
             let left = refunds_are_exact_under_concurrency(kind, algorithm).await;
@@ -417,7 +417,7 @@ async fn hole_6_a_script_that_runs_after_its_deadline_leaves_no_charge() {
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
 
-    // The late scripts run and their charges are taken back: 9 left on both, as after the
+    // The late scripts run and their charges are refunded: 9 left on both, as after the
     // first request alone.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {

@@ -128,7 +128,7 @@ async fn used_in_redis(kind: StoreKind, prefix: &str, clock: &ManualClock) -> u6
     GLOBAL - u64::from(status.limit_remaining)
 }
 
-async fn two_instances_never_over_admit_and_give_back_on_close(kind: StoreKind) {
+async fn two_instances_never_over_admit_and_refund_on_close(kind: StoreKind) {
     let name = kind.name();
     let clock = ManualClock::new(T0_US);
     let prefix = unique_prefix();
@@ -159,8 +159,8 @@ async fn two_instances_never_over_admit_and_give_back_on_close(kind: StoreKind) 
     );
     a.store.close().await;
     b.store.close().await;
-    // Given back: Redis counts exactly what was admitted (denied requests' charges went back
-    // to the lease, unspent units back to Redis).
+    // Refunded: Redis counts exactly what was admitted (denied requests' charges went back
+    // to the lease, unspent units were refunded in Redis).
     assert_eq!(
         used_in_redis(kind, &prefix, &clock).await,
         admitted,
@@ -323,8 +323,8 @@ where
 }
 
 #[test]
-fn leased_shared_limits_never_over_admit_and_give_back_on_close() {
-    on_redis_stores(two_instances_never_over_admit_and_give_back_on_close);
+fn leased_shared_limits_never_over_admit_and_refund_on_close() {
+    on_redis_stores(two_instances_never_over_admit_and_refund_on_close);
 }
 
 #[test]

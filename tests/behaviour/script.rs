@@ -21,13 +21,13 @@
 use std::fmt::Write as _;
 
 use fred::prelude::*;
-use tollgate::algorithm::batch::{self, BatchCharge, BatchMode, Counter};
-use tollgate::algorithm::{refresh, refund, Landing, State};
+use tollgate::algorithm::batch::{self, BatchCharge, Counter};
+use tollgate::algorithm::{refresh, refund, Landing, Mode, State};
 use tollgate::decision::ChargeOutcome;
 use tollgate::limit::{Algorithm, LimitParams};
 use tollgate::plan::Role;
-use tollgate::store::placement::{Group, Spec};
-use tollgate::store::protocol::{Mode, Undo};
+use tollgate::store::placement::{Group, PlacedCharge};
+use tollgate::store::protocol::Refund;
 use tollgate::store::redis::script::{self, decode_state, Script};
 
 use crate::support::redis::RedisServer;
@@ -160,10 +160,10 @@ fn group(
     prefix: &str,
     keys: &[Vec<LimitParams>],
     charges: &[Charge],
-) -> (Group, Vec<Spec<'static>>) {
-    let specs: Vec<Spec<'static>> = charges
+) -> (Group, Vec<PlacedCharge<'static>>) {
+    let specs: Vec<PlacedCharge<'static>> = charges
         .iter()
-        .map(|c| Spec {
+        .map(|c| PlacedCharge {
             key: format!("{prefix}k{}", c.key).into(),
             params: keys[c.key][c.limit],
             cost: c.cost,
@@ -197,7 +197,7 @@ struct Asked<'a> {
     g: &'a Group,
     mode: Mode,
     quota_descriptors: usize,
-    undo: &'a [Undo],
+    refunds: &'a [Refund],
     now: u64,
 }
 
@@ -209,7 +209,7 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
         g,
         mode,
         quota_descriptors,
-        undo,
+        refunds,
         now,
     } = *call;
     let key_of_counter: Vec<usize> = g.keys.iter().map(|&s| charges[s].key).collect();
@@ -229,7 +229,7 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
             role: c.role,
         })
         .collect();
-    if mode == Mode::TakeBack {
+    if mode == Mode::Refund {
         let mut finals: Vec<Option<State>> = key_of_counter
             .iter()
             .zip(&counter_params)
@@ -239,14 +239,14 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
                 s
             })
             .collect();
-        for (c, u) in batch_charges.iter().zip(undo) {
-            if u.take_back {
+        for (c, u) in batch_charges.iter().zip(refunds) {
+            if u.refund {
                 refund(&mut finals[c.counter], &c.params, u.landing, now);
                 states[key_of_counter[c.counter]] = finals[c.counter].clone();
             }
         }
-        let allowed: Vec<bool> = undo.iter().map(|u| u.allowed).collect();
-        let landings: Vec<Landing> = undo.iter().map(Undo::kept).collect();
+        let allowed: Vec<bool> = refunds.iter().map(|u| u.allowed).collect();
+        let landings: Vec<Landing> = refunds.iter().map(Refund::kept).collect();
         let refs: Vec<&Option<State>> = finals.iter().collect();
         let outcomes = batch::report(&refs, &batch_charges, &allowed, &landings, now, false);
         return outcomes.into_iter().zip(landings).collect();
@@ -256,17 +256,8 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
         .zip(&counter_params)
         .map(|(&k, p)| Counter::new(states[k].clone(), p, now))
         .collect();
-    let batch_mode = BatchMode {
-        count_rejected: mode == Mode::CountRejected,
-        dry_run: mode == Mode::DryRun,
-    };
-    let (evaluated, outcomes) = batch::evaluate_and_report(
-        &mut counters,
-        &batch_charges,
-        now,
-        batch_mode,
-        quota_descriptors,
-    );
+    let (evaluated, outcomes) =
+        batch::evaluate_and_report(&mut counters, &batch_charges, now, mode, quota_descriptors);
     for (&k, counter) in key_of_counter.iter().zip(counters) {
         if counter.commit {
             states[k] = counter.after;
@@ -293,13 +284,14 @@ impl Runner {
     async fn lua_call(
         &self,
         g: &Group,
-        specs: &[Spec<'_>],
+        specs: &[PlacedCharge<'_>],
         mode: Mode,
         quota_descriptors: usize,
-        undo: &[Undo],
+        refunds: &[Refund],
         now: u64,
     ) -> Result<Answer, String> {
-        let (keys, arg) = script::args(g, specs, Some(now as i64), mode, quota_descriptors, undo);
+        let (keys, arg) =
+            script::args(g, specs, Some(now as i64), mode, quota_descriptors, refunds);
         let reply: Value = self
             .client
             .evalsha(&self.script.sha, keys, vec![arg])
@@ -349,18 +341,18 @@ impl Runner {
                 _ => now + forward,
             };
             let refunding = last.is_some() && rng.chance(30);
-            let (charges, quota, mode, undo) = if refunding {
+            let (charges, quota, mode, refunds) = if refunding {
                 let (charges, quota, answer) = last.take().expect("a call to refund");
-                let undo: Vec<Undo> = answer
+                let refunds: Vec<Refund> = answer
                     .iter()
-                    .map(|(outcome, landing)| Undo {
+                    .map(|(outcome, landing)| Refund {
                         allowed: outcome.allowed,
                         landing: *landing,
                         // As the protocol asks: only what landed is taken back.
-                        take_back: landing.added > 0 && rng.chance(70),
+                        refund: landing.added > 0 && rng.chance(70),
                     })
                     .collect();
-                (charges, quota, Mode::TakeBack, undo)
+                (charges, quota, Mode::Refund, refunds)
             } else {
                 let (charges, quota) = charges(&mut rng, &keys);
                 let mode = match rng.below(20) {
@@ -373,16 +365,16 @@ impl Runner {
             let (g, specs) = group(&prefix, &keys, &charges);
             let _ = writeln!(
                 story,
-                "call {step} at T0+{}: {mode:?}, quota descriptors {quota}, {charges:?}, undo {undo:?}",
+                "call {step} at T0+{}: {mode:?}, quota descriptors {quota}, {charges:?}, refunds {refunds:?}",
                 now as i64 - T0 as i64
             );
-            let lua = self.lua_call(&g, &specs, mode, quota, &undo, now).await;
+            let lua = self.lua_call(&g, &specs, mode, quota, &refunds, now).await;
             let asked = Asked {
                 charges: &charges,
                 g: &g,
                 mode,
                 quota_descriptors: quota,
-                undo: &undo,
+                refunds: &refunds,
                 now,
             };
             let rust = rust_call(&mut states, &keys, &asked);
@@ -405,7 +397,7 @@ impl Runner {
                     ));
                 }
             }
-            if mode != Mode::TakeBack {
+            if mode != Mode::Refund {
                 last = Some((charges, quota, lua));
             }
         }

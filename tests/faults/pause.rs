@@ -1,7 +1,7 @@
 //! A Redis primary paused (SIGSTOP) for longer than the deadline while two tollgate instances
 //! share one limit: calls during the pause fail per the policy within the deadline, decisions
 //! resume when it continues, and the limit admits exactly its count — the scripts that ran late,
-//! after their callers had been answered UNAVAILABLE, have their charges taken back.
+//! after their callers had been answered UNAVAILABLE, have their charges refunded.
 
 use super::*;
 use crate::support::kit::avoid_window_edge;

@@ -11,6 +11,7 @@ use crate::support::server::*;
 use tokio::process::Command;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
+use tollgate::algorithm::Mode;
 use tollgate::clock::ManualClock;
 use tollgate::pb::rls::rate_limit_response::rate_limit::Unit;
 use tollgate::pb::rls::RateLimitResponse;
@@ -19,7 +20,7 @@ use tollgate::server::HEALTH_SERVICES;
 use tollgate::settings::{FailureMode, HeaderNames, Settings};
 use tollgate::store::error::{Cause, Connection};
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::{ApplyMode, ChargeOutcome, Store, StoreError};
+use tollgate::store::{ChargeOutcome, Store, StoreError};
 use tollgate::validate::Bounds;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -136,11 +137,7 @@ impl Store for GatedStore {
         "gated"
     }
 
-    async fn apply(
-        &self,
-        plan: &Plan<'_>,
-        mode: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         self.entered.notify_one();
         let _permit = self
             .gate
@@ -595,7 +592,7 @@ impl Store for DownStore {
         "down"
     }
 
-    async fn apply(&self, _: &Plan<'_>, _: ApplyMode) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, _: &Plan<'_>, _: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         Err(StoreError::new(
             "redis 127.0.0.1:1",
             Cause::Connection(Connection::Refused),

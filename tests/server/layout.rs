@@ -1,6 +1,9 @@
 //! The code keeps one idea per file: no source file under `src/` is over 600 lines (the Redis
 //! store grew to 944 in one file before it was split; this keeps later work from regrowing it).
+//! And one vocabulary: the arithmetic (`src/algorithm/`) sits below the plan and the decision,
+//! and no two types in `src/` share a name.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 600;
@@ -16,13 +19,31 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-#[test]
-fn no_source_file_is_over_600_lines() {
+fn src(under: &str) -> Vec<PathBuf> {
     let mut files = Vec::new();
     rust_files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src")
+            .join(under),
         &mut files,
     );
+    files
+}
+
+/// The file's lines that are code, not comments, with their numbers (from 1), trimmed.
+fn code_lines(f: &Path) -> Vec<(usize, String)> {
+    std::fs::read_to_string(f)
+        .expect("a source file")
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .filter(|(_, l)| !l.starts_with("//"))
+        .collect()
+}
+
+#[test]
+fn no_source_file_is_over_600_lines() {
+    let files = src("");
     assert!(files.len() > 10, "found only {files:?}");
     let long: Vec<String> = files
         .iter()
@@ -37,5 +58,79 @@ fn no_source_file_is_over_600_lines() {
     assert!(
         long.is_empty(),
         "over {MAX_LINES} lines, split by idea: {long:?}"
+    );
+}
+
+#[test]
+fn the_arithmetic_imports_neither_the_plan_nor_the_decision() {
+    let files = src("algorithm");
+    assert!(files.len() > 3, "found only {files:?}");
+    let upward: Vec<String> = files
+        .iter()
+        .flat_map(|f| {
+            code_lines(f)
+                .into_iter()
+                .filter(|(_, l)| l.contains("crate::plan") || l.contains("crate::decision"))
+                .map(move |(n, l)| format!("{}:{n}: {l}", f.display()))
+        })
+        .collect();
+    assert!(
+        upward.is_empty(),
+        "src/algorithm/ must not reach up into plan or decision (move the shared type down \
+         into the algorithm): {upward:?}"
+    );
+}
+
+/// The name a line declares as a `struct` or `enum`, if it does (any visibility).
+fn declared_type(line: &str) -> Option<&str> {
+    let mut rest = line;
+    if let Some(r) = rest.strip_prefix("pub") {
+        rest = match r.strip_prefix('(') {
+            Some(r) => r.split_once(')')?.1,
+            None => r,
+        };
+    }
+    let rest = rest.trim_start();
+    let rest = rest
+        .strip_prefix("struct ")
+        .or_else(|| rest.strip_prefix("enum "))?;
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+#[test]
+fn declared_type_reads_every_visibility() {
+    assert_eq!(declared_type("pub struct Plan<'c> {"), Some("Plan"));
+    assert_eq!(
+        declared_type("pub(super) struct RedisDecision<'a> {"),
+        Some("RedisDecision")
+    );
+    assert_eq!(declared_type("enum Phase {"), Some("Phase"));
+    assert_eq!(declared_type("pub(crate) enum Mode;"), Some("Mode"));
+    assert_eq!(declared_type("let structure = 1;"), None);
+    assert_eq!(declared_type("pub fn start("), None);
+}
+
+#[test]
+fn no_two_types_share_a_name() {
+    let mut by_name: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let files = src("");
+    for f in &files {
+        for (n, l) in code_lines(f) {
+            if let Some(name) = declared_type(&l) {
+                by_name
+                    .entry(name.to_string())
+                    .or_default()
+                    .push(format!("{}:{n}", f.display()));
+            }
+        }
+    }
+    assert!(by_name.len() > 50, "found only {by_name:?}");
+    let shared: Vec<_> = by_name.iter().filter(|(_, at)| at.len() > 1).collect();
+    assert!(
+        shared.is_empty(),
+        "one name per type: rename one of each {shared:?}"
     );
 }

@@ -215,6 +215,7 @@ pub fn limiter_with<S: Store>(
         store,
         settings,
         Arc::default(),
+        None,
     )
 }
 

@@ -238,7 +238,7 @@ impl Clients {
 }
 
 /// A script call may wait for its reply this long: past the caller's deadline, a late reply
-/// still tells what to take back.
+/// still tells what to refund.
 pub fn call_options() -> Options {
     Options {
         timeout: Some(LATE_REPLY),

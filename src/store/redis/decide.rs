@@ -1,10 +1,10 @@
 //! Deciding one request in Redis: the decision [`protocol`](crate::store::protocol) driven
 //! over its [`placement`](crate::store::placement) groups, each group one script call (or,
-//! for leased shared limits, answered from this instance's leases), and the take-backs.
+//! for leased shared limits, answered from this instance's leases), and the refunds.
 //!
 //! The caller waits for its decision up to the deadline; past it, or on any Redis error, the
 //! caller applies the failure policy. A decision whose caller is gone (deadline, cancelled
-//! call) goes on as a task of its own ([`Detach`]), collects its late replies and takes back
+//! call) goes on as a task of its own ([`Detach`]), collects its late replies and refunds
 //! whatever landed, so a script that runs after its deadline leaves counters as if the
 //! request never happened.
 
@@ -23,17 +23,18 @@ use super::error::SOMEWHERE;
 use super::local_cache::Lookup;
 use super::script::{self, args, parse_reply};
 use super::{lease, Inner, LATE_REPLY};
+use crate::algorithm::Mode;
 use crate::decision::Verdict;
 use crate::metrics::StoreOp;
 use crate::plan::Plan;
 use crate::store::error::Cause;
-use crate::store::placement::{place, Group, Layout, Placed, Spec};
-use crate::store::protocol::{Mode, Next, Protocol, Undo};
-use crate::store::{ApplyMode, ChargeOutcome, StoreError};
+use crate::store::placement::{place, Group, Layout, Placed, PlacedCharge};
+use crate::store::protocol::{Next, Protocol, Refund};
+use crate::store::{ChargeOutcome, StoreError};
 use crate::telemetry;
 
 /// One request's decision in Redis: what every script call of it shares.
-pub(super) struct Decision<'a> {
+pub(super) struct RedisDecision<'a> {
     pub placed: &'a Placed<'static>,
     /// The script's `now` (µs); `None`: the script reads Redis `TIME`.
     pub now: Option<i64>,
@@ -44,14 +45,14 @@ pub(super) struct Decision<'a> {
 /// A decision's answers, and what it left in Redis.
 pub(super) struct Decided {
     pub outcomes: Vec<ChargeOutcome>,
-    /// What is left to take back if the caller gives up: per group, its undos and the `now`
+    /// What is left to refund if the caller gives up: per group, its refunds and the `now`
     /// it ran at.
-    pub leftovers: Vec<(usize, Vec<Undo>, i64)>,
+    pub leftovers: Vec<(usize, Vec<Refund>, i64)>,
 }
 
 /// A decision in progress that must not stop halfway: a script call it awaits may already
 /// have charged, and a batch it opened must still be sent. Dropped before it finished, it
-/// finishes as a task of its own (which then takes back what it charged, since nobody waits
+/// finishes as a task of its own (which then refunds what it charged, since nobody waits
 /// for the answer). The spawned task polls it at once, so every waker it waits on is then
 /// that task's.
 struct Detach<F: Future<Output = ()> + Send + 'static> {
@@ -81,7 +82,7 @@ impl Inner {
     pub(super) async fn apply(
         self: &Arc<Inner>,
         plan: &Plan<'_>,
-        mode: ApplyMode,
+        mode: Mode,
     ) -> Result<Vec<ChargeOutcome>, StoreError> {
         let inner = self;
         let layout = if inner.clients.clustered {
@@ -91,7 +92,7 @@ impl Inner {
         };
         let placed = place(plan, &inner.prefix, layout).into_owned();
         let mut dry_first = false;
-        if !mode.count_rejected {
+        if mode == Mode::Decide {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
                 Lookup::AllExhausted(outcomes) => {
                     inner.opts.metrics.local_cache_hits.inc();
@@ -111,7 +112,7 @@ impl Inner {
                         .remember(&placed, &decided.outcomes, task.wall.now_us());
                     if let Err(Ok(decided)) = tx.send(Ok(decided)) {
                         // The caller gave up: nothing of this request may stay.
-                        task.take_back(&placed, decided.leftovers).await;
+                        task.refund(&placed, decided.leftovers).await;
                     }
                 }
                 Err(e) => {
@@ -149,28 +150,29 @@ impl Inner {
     /// instance's leases where they cover it ([`lease`]).
     async fn run(
         &self,
-        call: &Decision<'_>,
+        call: &RedisDecision<'_>,
         gi: usize,
         mode: Mode,
-        undo: &[Undo],
+        refunds: &[Refund],
     ) -> Result<script::Reply, StoreError> {
         let placed = call.placed;
         let g = &placed.groups[gi];
-        if g.shared && lease::leased(g, &placed.specs) {
+        if g.shared && lease::leased(g, &placed.charges) {
             // Boxed: only leased groups pay for this path's future.
-            return Box::pin(self.run_leased(call, g, mode, undo)).await;
+            return Box::pin(self.run_leased(call, g, mode, refunds)).await;
         }
-        self.run_script(call, g, &placed.specs, mode, undo).await
+        self.run_script(call, g, &placed.charges, mode, refunds)
+            .await
     }
 
     /// Runs a group's script (`g`'s charges index `specs`).
     pub(super) async fn run_script(
         &self,
-        call: &Decision<'_>,
+        call: &RedisDecision<'_>,
         g: &Group,
-        specs: &[Spec<'_>],
+        specs: &[PlacedCharge<'_>],
         mode: Mode,
-        undo: &[Undo],
+        refunds: &[Refund],
     ) -> Result<script::Reply, StoreError> {
         let quota = call.placed.quota_descriptors;
         let span = telemetry::child(
@@ -185,12 +187,12 @@ impl Inner {
         let started = std::time::Instant::now();
         let reply = self
             .script_call(call.retry_until, || {
-                args(g, specs, call.now, mode, quota, undo)
+                args(g, specs, call.now, mode, quota, refunds)
             })
             .await;
-        let op = if mode == Mode::TakeBack {
+        let op = if mode == Mode::Refund {
             self.opts.metrics.refunds.inc();
-            StoreOp::TakeBack
+            StoreOp::Refund
         } else {
             StoreOp::Decide
         };
@@ -215,23 +217,23 @@ impl Inner {
         parsed
     }
 
-    /// Decides the request by the protocol. On an error, takes back what landed and reports
+    /// Decides the request by the protocol. On an error, refunds what landed and reports
     /// the error.
     async fn decide(
         &self,
         placed: &Placed<'static>,
-        mode: ApplyMode,
+        mode: Mode,
         dry_first: bool,
         deadline: Instant,
     ) -> Result<Decided, StoreError> {
-        let call = Decision {
+        let call = RedisDecision {
             placed,
             now: self.now_arg(),
             retry_until: deadline,
         };
         if self.opts.read_replicas
-            && !mode.count_rejected
-            && placed.specs.iter().all(|s| s.cost == 0)
+            && mode == Mode::Decide
+            && placed.charges.iter().all(|s| s.cost == 0)
         {
             // Charges nothing: a dry run on replicas answers it (a replica that fails sends
             // it back to the primaries, below).
@@ -242,7 +244,7 @@ impl Inner {
         if dry_first {
             // A limit is known exhausted: evaluate everything without charging, and answer
             // from that unless the cache was stale.
-            let mut protocol = Protocol::new(placed, mode.count_rejected);
+            let mut protocol = Protocol::new(placed, mode);
             let groups = 0..placed.groups.len();
             let replies = join_all(groups.map(|gi| self.run(&call, gi, Mode::DryRun, &[]))).await;
             for (gi, reply) in replies.into_iter().enumerate() {
@@ -255,36 +257,35 @@ impl Inner {
                 });
             }
         }
-        let mut protocol = Protocol::new(placed, mode.count_rejected);
-        // The `now` each group ran at: a take-back answers at the same time.
+        let mut protocol = Protocol::new(placed, mode);
+        // The `now` each group ran at: a refund answers at the same time.
         let mut group_now: Vec<i64> = vec![0; placed.groups.len()];
         loop {
-            let (runs, undos) = match protocol.step() {
+            let (runs, refunds) = match protocol.step() {
                 Next::Run(runs) => (runs, Vec::new()),
-                Next::TakeBack(undos) => (Vec::new(), undos),
+                Next::Refund(refunds) => (Vec::new(), refunds),
                 Next::Done => break,
             };
-            let replies = if let [(gi, m)] = runs[..] {
-                // One group (the common case): no join, which would move its future.
-                vec![self.run(&call, gi, m, &[]).await]
-            } else if undos.is_empty() {
-                join_all(
-                    runs.iter()
-                        .map(|&(gi, m)| Box::pin(self.run(&call, gi, m, &[]))),
-                )
-                .await
-            } else {
-                join_all(
-                    undos
-                        .iter()
-                        .map(|(gi, undo)| self.take_back_group(placed, *gi, undo, group_now[*gi])),
-                )
-                .await
-            };
+            let replies =
+                if let [(gi, m)] = runs[..] {
+                    // One group (the common case): no join, which would move its future.
+                    vec![self.run(&call, gi, m, &[]).await]
+                } else if refunds.is_empty() {
+                    join_all(
+                        runs.iter()
+                            .map(|&(gi, m)| Box::pin(self.run(&call, gi, m, &[]))),
+                    )
+                    .await
+                } else {
+                    join_all(refunds.iter().map(|(gi, refunds)| {
+                        self.refund_group(placed, *gi, refunds, group_now[*gi])
+                    }))
+                    .await
+                };
             let groups = runs
                 .iter()
                 .map(|&(gi, _)| gi)
-                .chain(undos.iter().map(|(gi, _)| *gi));
+                .chain(refunds.iter().map(|(gi, _)| *gi));
             let mut failure = None;
             for (gi, reply) in groups.zip(replies) {
                 match reply {
@@ -292,67 +293,70 @@ impl Inner {
                         group_now[gi] = r.now;
                         protocol.record(gi, r.answer);
                     }
-                    Err(e) if undos.is_empty() => failure = Some(e),
-                    // Logged by take_back_group; the charge stays until its window passes.
+                    Err(e) if refunds.is_empty() => failure = Some(e),
+                    // Logged by refund_group; the charge stays until its window passes.
                     Err(_) => protocol.abandon(gi),
                 }
             }
             if let Some(e) = failure {
-                let leftovers = with_now(protocol.undos(None), &group_now);
-                self.take_back(placed, leftovers).await;
+                let leftovers = with_now(protocol.refunds(None), &group_now);
+                self.refund(placed, leftovers).await;
                 return Err(e);
             }
         }
-        let leftovers = with_now(protocol.undos(None), &group_now);
+        let leftovers = with_now(protocol.refunds(None), &group_now);
         Ok(Decided {
             outcomes: protocol.into_outcomes(),
             leftovers,
         })
     }
 
-    /// Takes back `leftovers` (per group, concurrently), ignoring the answers. A failure only
+    /// Refunds `leftovers` (per group, concurrently), ignoring the answers. A failure only
     /// logs: those charges then stay until their window passes (under-admitting, never
     /// over-admitting).
-    pub(super) async fn take_back(
+    pub(super) async fn refund(
         &self,
         placed: &Placed<'static>,
-        leftovers: Vec<(usize, Vec<Undo>, i64)>,
+        leftovers: Vec<(usize, Vec<Refund>, i64)>,
     ) {
         let calls = leftovers
             .iter()
-            .map(|(gi, undo, now)| self.take_back_group(placed, *gi, undo, *now));
+            .map(|(gi, refunds, now)| self.refund_group(placed, *gi, refunds, *now));
         join_all(calls).await;
     }
 
-    /// Takes back group `gi`'s landed charges (`undo`), answering at `now`, the time the
+    /// Refunds group `gi`'s landed charges (`refunds`), answering at `now`, the time the
     /// group ran at. A failure is logged here: the charge stays until its window passes.
-    async fn take_back_group(
+    async fn refund_group(
         &self,
         placed: &Placed<'static>,
         gi: usize,
-        undo: &[Undo],
+        refunds: &[Refund],
         now: i64,
     ) -> Result<script::Reply, StoreError> {
-        let call = Decision {
+        let call = RedisDecision {
             placed,
             now: Some(now),
             retry_until: Instant::now() + LATE_REPLY,
         };
-        let reply = self.run(&call, gi, Mode::TakeBack, undo).await;
+        let reply = self.run(&call, gi, Mode::Refund, refunds).await;
         if let Err(e) = &reply {
             tracing::warn!(
                 error = %e,
-                "taking back a charge failed: it stays until its window passes"
+                "refunding a charge failed: it stays until its window passes"
             );
         }
         reply
     }
 }
 
-/// Attaches each group's `now` to its undos.
-fn with_now(undos: Vec<(usize, Vec<Undo>)>, group_now: &[i64]) -> Vec<(usize, Vec<Undo>, i64)> {
-    undos
+/// Attaches each group's `now` to its refunds.
+fn with_now(
+    refunds: Vec<(usize, Vec<Refund>)>,
+    group_now: &[i64],
+) -> Vec<(usize, Vec<Refund>, i64)> {
+    refunds
         .into_iter()
-        .map(|(gi, undo)| (gi, undo, group_now[gi]))
+        .map(|(gi, refunds)| (gi, refunds, group_now[gi]))
         .collect()
 }

@@ -6,12 +6,12 @@
 //! window it is spent in, and it lapses locally no later than that window ends in Redis (its
 //! lifetime is the window's time left as the script saw it, counted from before the call
 //! went out). So leases never over-admit. What they cost is the other way: units leased by
-//! one instance are not there for the others until they are spent, returned (on shutdown) or
+//! one instance are not there for the others until they are spent, refunded (on shutdown) or
 //! the window ends; at most N per instance (plus the cost of the request that took them), and
 //! a lease takes no more than Redis last said was left. Near the limit, a request whose lease
 //! cannot be topped up is decided by Redis exactly, as without leases.
 //!
-//! A charge that a denied request takes back returns to the lease it came from (its window
+//! A charge that a denied request refunds returns to the lease it came from (its window
 //! still running), so all-or-nothing holds as before. `remaining` for a leased charge is what
 //! Redis had left after this instance's last lease, plus the units this instance still holds.
 //! A lease is topped up (to N) by the request that finds it empty or below N/2, one top-up
@@ -28,15 +28,16 @@ use futures::future::join_all;
 use parking_lot::Mutex;
 use tokio::time::Instant as Deadline;
 
-use super::decide::Decision;
+use super::decide::RedisDecision;
 use super::script::Reply;
 use super::Inner;
 use crate::algorithm::Landing;
+use crate::algorithm::Mode;
 use crate::clock::Clock;
 use crate::decision::ChargeOutcome;
 use crate::limit::LimitParams;
-use crate::store::placement::{Group, Placed, Spec};
-use crate::store::protocol::{GroupAnswer, Mode, Undo};
+use crate::store::placement::{Group, Placed, PlacedCharge};
+use crate::store::protocol::{GroupAnswer, Refund};
 use crate::store::StoreError;
 
 /// This instance's leases, by counter key.
@@ -65,14 +66,14 @@ struct Lease {
     refilling: bool,
 }
 
-/// Where a leased group's take-back ends.
-pub enum TakenBack {
-    /// Every charge went back to its lease (or had nothing to give back): the group's answer.
+/// Where a leased group's refund ends.
+pub enum Refunded {
+    /// Every charge went back to its lease (or had nothing to refund): the group's answer.
     Here(GroupAnswer),
-    /// Some charges are still to be taken back in Redis (`rest`'s undos); those that went
+    /// Some charges are still to be refunded in Redis (`rest`); those that went
     /// back to their lease (`to_lease`) must keep nothing landed in the answer Redis gives.
     InRedis {
-        rest: Vec<Undo>,
+        rest: Vec<Refund>,
         to_lease: Vec<bool>,
     },
 }
@@ -87,7 +88,7 @@ pub enum Lean {
     Exact,
 }
 
-/// Units leased but not spent, to give back on shutdown.
+/// Units leased but not spent, to refund on shutdown.
 pub struct Unspent {
     pub key: String,
     pub params: LimitParams,
@@ -122,7 +123,7 @@ impl Lease {
 }
 
 /// Whether a group's charges are all leased (only shared groups have such charges).
-pub fn leased(g: &Group, specs: &[Spec<'_>]) -> bool {
+pub fn leased(g: &Group, specs: &[PlacedCharge<'_>]) -> bool {
     g.shared && g.charges.iter().all(|&ci| specs[ci].lease > 0)
 }
 
@@ -158,7 +159,7 @@ impl Leases {
     /// ask Redis. A single charge whose lease is empty or below half its size is sent with a
     /// top-up (`may_top_up`), unless one is in flight or Redis last said nothing is left: then
     /// what the lease holds is spent first.
-    pub fn spend(&self, g: &Group, specs: &[Spec<'_>], now: u64, may_top_up: bool) -> Lean {
+    pub fn spend(&self, g: &Group, specs: &[PlacedCharge<'_>], now: u64, may_top_up: bool) -> Lean {
         let mut by_key = self.by_key.lock();
         for &ci in &g.charges {
             let s = &specs[ci];
@@ -220,7 +221,7 @@ impl Leases {
     /// `sent`, and turns it into the request's own answer (its cost, not the lease's).
     pub fn topped_up(
         &self,
-        spec: &Spec<'_>,
+        spec: &PlacedCharge<'_>,
         top: u64,
         sent: u64,
         reply: Option<(ChargeOutcome, Landing)>,
@@ -249,31 +250,37 @@ impl Leases {
         Some((lease.outcome(true, now), own))
     }
 
-    /// Returns what `undo` takes back to the leases it was spent from (their window still
-    /// running). A charge given back to its lease is taken back: its answer keeps nothing
-    /// landed, so nothing gives it back again (a departed caller's decision gives back what
+    /// Refunds what `refunds` says to the leases it was spent from, where their window is still
+    /// running (the rest is Redis's to refund). A charge returned to its lease is refunded: its answer keeps nothing
+    /// landed, so nothing refunds it again (a departed caller's decision refunds what
     /// is still landed once it ends).
-    pub fn take_back(&self, g: &Group, specs: &[Spec<'_>], undo: &[Undo], now: u64) -> TakenBack {
+    pub fn refund(
+        &self,
+        g: &Group,
+        specs: &[PlacedCharge<'_>],
+        refunds: &[Refund],
+        now: u64,
+    ) -> Refunded {
         let mut by_key = self.by_key.lock();
-        let mut rest = undo.to_vec();
+        let mut rest = refunds.to_vec();
         let mut to_lease = vec![false; rest.len()];
         for ((&ci, u), back) in g.charges.iter().zip(rest.iter_mut()).zip(&mut to_lease) {
-            if !u.take_back {
+            if !u.refund {
                 continue;
             }
             // Back to the lease it came from (its window still running), as long as that keeps
-            // the lease within its size; else Redis takes it back.
+            // the lease within its size; else Redis refunds it.
             let size = specs[ci].lease;
             if let Some(lease) = by_key.get_mut(specs[ci].key.as_ref()).filter(|l| {
                 l.live(now) && l.mark == u.landing.mark.0 && l.units + u.amount() <= size
             }) {
                 lease.units += u.amount();
-                u.take_back = false;
+                u.refund = false;
                 *back = true;
             }
         }
-        if rest.iter().any(|u| u.take_back) {
-            return TakenBack::InRedis { rest, to_lease };
+        if rest.iter().any(|u| u.refund) {
+            return Refunded::InRedis { rest, to_lease };
         }
         let mut answer = Vec::with_capacity(rest.len());
         for ((&ci, u), &back) in g.charges.iter().zip(&rest).zip(&to_lease) {
@@ -288,7 +295,7 @@ impl Leases {
             let kept = if back { Landing::default() } else { u.kept() };
             answer.push((outcome, kept));
         }
-        TakenBack::Here(answer)
+        Refunded::Here(answer)
     }
 
     /// Drops leases whose window has ended.
@@ -298,7 +305,7 @@ impl Leases {
             .retain(|_, l| l.refilling || l.live(now) || now < l.known_until);
     }
 
-    /// Takes every unspent unit of a running window out of the leases, to give back to Redis.
+    /// Takes every unspent unit of a running window out of the leases, to refund in Redis.
     pub fn drain(&self, now: u64) -> Vec<Unspent> {
         let mut by_key = self.by_key.lock();
         let mut out = Vec::new();
@@ -319,12 +326,12 @@ impl Inner {
     /// Runs a group of leased shared limits.
     pub(super) async fn run_leased(
         &self,
-        call: &Decision<'_>,
+        call: &RedisDecision<'_>,
         g: &Group,
         mode: Mode,
-        undo: &[Undo],
+        refunds: &[Refund],
     ) -> Result<Reply, StoreError> {
-        let specs = &call.placed.specs;
+        let specs = &call.placed.charges;
         let metrics = &self.opts.metrics;
         match mode {
             Mode::Decide => match self.leases.spend(g, specs, self.leases.now(), true) {
@@ -362,12 +369,12 @@ impl Inner {
                 }
                 Lean::Exact => {}
             },
-            Mode::TakeBack => match self.leases.take_back(g, specs, undo, self.leases.now()) {
-                TakenBack::Here(answer) => {
+            Mode::Refund => match self.leases.refund(g, specs, refunds, self.leases.now()) {
+                Refunded::Here(answer) => {
                     let now = call.now.unwrap_or(0);
                     return Ok(Reply { now, answer });
                 }
-                TakenBack::InRedis { rest, to_lease } => {
+                Refunded::InRedis { rest, to_lease } => {
                     let mut reply = self.run_script(call, g, specs, mode, &rest).await?;
                     for ((_, kept), back) in reply.answer.iter_mut().zip(to_lease) {
                         if back {
@@ -379,19 +386,19 @@ impl Inner {
             },
             Mode::CountRejected | Mode::DryRun => {}
         }
-        self.run_script(call, g, specs, mode, undo).await
+        self.run_script(call, g, specs, mode, refunds).await
     }
 
-    /// Gives every unspent leased unit of a running window back to Redis (on shutdown), so
+    /// Refunds every unspent leased unit of a running window in Redis (on shutdown), so
     /// the other instances can use it; waits at most the decision deadline.
-    pub(super) async fn give_back_leases(&self) {
+    pub(super) async fn refund_leases(&self) {
         let unspent = self.leases.drain(self.leases.now());
         if unspent.is_empty() {
             return;
         }
         let calls = unspent.into_iter().map(|u| async move {
             let placed = Placed {
-                specs: vec![Spec {
+                charges: vec![PlacedCharge {
                     key: u.key.into(),
                     params: u.params,
                     cost: u.units,
@@ -401,29 +408,29 @@ impl Inner {
                 groups: vec![Group::one_shared()],
                 quota_descriptors: 0,
             };
-            let undo = Undo {
+            let refund = Refund {
                 allowed: true,
                 landing: Landing {
                     added: u.units,
                     mark: (u.mark, 0),
                 },
-                take_back: true,
+                refund: true,
             };
-            let call = Decision {
+            let call = RedisDecision {
                 placed: &placed,
                 now: self.now_arg(),
                 retry_until: Deadline::now() + self.opts.timeout,
             };
             let g = &placed.groups[0];
             match self
-                .run_script(&call, g, &placed.specs, Mode::TakeBack, &[undo])
+                .run_script(&call, g, &placed.charges, Mode::Refund, &[refund])
                 .await
             {
-                Ok(_) => tracing::debug!(units = u.units, "gave back a lease"),
+                Ok(_) => tracing::debug!(units = u.units, "refunded a lease"),
                 Err(e) => tracing::warn!(
                     error = %e,
                     units = u.units,
-                    "giving back a lease failed: its units stay counted until its window ends"
+                    "refunding a lease failed: its units stay counted until its window ends"
                 ),
             }
         });

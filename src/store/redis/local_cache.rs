@@ -3,8 +3,8 @@
 //!
 //! Entries are keyed by the counter key and checked against the limit's parameters, so a
 //! changed limit or a request override never reads a stale entry. A cached denial is re-checked
-//! with the store at least every [`RECHECK_US`]: it can rest on another request's charge that a
-//! refund is about to undo, and must not outlive it by a whole window. Bounded and cheap under
+//! with the store at least every [`RECHECK_US`]: it can rest on another request's charge that is
+//! about to be refunded, and must not outlive it by a whole window. Bounded and cheap under
 //! a flood of distinct exhausted keys: entries live in shards, each a map plus its keys in
 //! insertion order; a full shard drops its oldest entries first, O(1) amortised per insert.
 
@@ -18,7 +18,7 @@ use crate::algorithm::check_cost;
 use crate::decision::ChargeOutcome;
 use crate::limit::{Algorithm, LimitParams};
 use crate::plan::Role;
-use crate::store::placement::{Placed, Spec};
+use crate::store::placement::{Placed, PlacedCharge};
 
 /// Longest time a cached denial is trusted without asking the store again.
 pub const RECHECK_US: u64 = 1_000_000;
@@ -28,12 +28,12 @@ const SHARDS: usize = 16;
 pub struct LocalCache {
     /// Entries per shard; 0 disables the cache.
     per_shard: usize,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Mutex<CacheShard>]>,
     hasher: RandomState,
 }
 
 #[derive(Default)]
-struct Shard {
+struct CacheShard {
     /// key → (parameters, re-check with the store after, exhausted until).
     entries: HashMap<String, (LimitParams, u64, u64)>,
     /// Keys in insertion order (a key re-inserted appears again; stale ones are skipped).
@@ -54,13 +54,13 @@ pub enum Lookup {
 }
 
 /// Only enforced, non-overdraft limits may deny from the cache.
-fn cacheable(s: &Spec<'_>) -> bool {
+fn cacheable(s: &PlacedCharge<'_>) -> bool {
     s.role == Role::Enforced && !s.params.overdraft
 }
 
 /// What a retry of the request needs on `spec`'s counter: its charges there, all unlanded.
-fn need(placed: &Placed<'_>, spec: &Spec<'_>) -> u64 {
-    let on_key = placed.specs.iter().filter(|s| s.key == spec.key);
+fn need(placed: &Placed<'_>, spec: &PlacedCharge<'_>) -> u64 {
+    let on_key = placed.charges.iter().filter(|s| s.key == spec.key);
     on_key
         .map(|s| s.cost)
         .sum::<u64>()
@@ -69,7 +69,7 @@ fn need(placed: &Placed<'_>, spec: &Spec<'_>) -> u64 {
 
 /// A cached "exhausted until T" is "one unit fits at T"; it answers for a cost of more than
 /// one only on a fixed window, where everything fits again when the window ends.
-fn answers_for(spec: &Spec<'_>, need: u64) -> bool {
+fn answers_for(spec: &PlacedCharge<'_>, need: u64) -> bool {
     spec.params.algorithm == Algorithm::FixedWindow || need == 1
 }
 
@@ -77,7 +77,9 @@ impl LocalCache {
     pub fn new(capacity: usize) -> LocalCache {
         LocalCache {
             per_shard: capacity.div_ceil(SHARDS),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(CacheShard::default()))
+                .collect(),
             hasher: RandomState::new(),
         }
     }
@@ -86,7 +88,7 @@ impl LocalCache {
         self.per_shard > 0
     }
 
-    fn shard(&self, key: &str) -> &Mutex<Shard> {
+    fn shard(&self, key: &str) -> &Mutex<CacheShard> {
         &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
@@ -95,10 +97,10 @@ impl LocalCache {
         if !self.enabled() {
             return Lookup::Miss;
         }
-        let mut outcomes = Vec::with_capacity(placed.specs.len());
+        let mut outcomes = Vec::with_capacity(placed.charges.len());
         let mut all = true;
         let mut any = false;
-        for spec in &placed.specs {
+        for spec in &placed.charges {
             let need = need(placed, spec);
             let until = (cacheable(spec) && answers_for(spec, need))
                 .then(|| self.exhausted_until(&spec.key, &spec.params, now))
@@ -128,7 +130,7 @@ impl LocalCache {
         if !self.enabled() {
             return;
         }
-        for (spec, o) in placed.specs.iter().zip(outcomes) {
+        for (spec, o) in placed.charges.iter().zip(outcomes) {
             let exhausted = !o.allowed && o.remaining == 0 && cacheable(spec);
             if exhausted && answers_for(spec, need(placed, spec)) {
                 if let Some(w) = o.wait_us.filter(|&w| w > 0) {

@@ -9,7 +9,7 @@
 //! exactly. That can briefly under-admit, never over-admit.
 //!
 //! One idea per file: the options and the [`Store`] impl here; the fred clients, one per
-//! serving thread ([`client`]); deciding a request, take-backs and the caller's deadline
+//! serving thread ([`client`]); deciding a request, refunds and the caller's deadline
 //! ([`decide`]); sending scripts, many calls' in one `EVALSHA` ([`batch`]); the script's
 //! arguments and replies ([`script`]); leased shared limits ([`lease`]); replica reads
 //! ([`replicas`]); readiness, topology and script loading ([`health`]); a slot being migrated
@@ -41,7 +41,8 @@ use self::lease::Leases;
 use self::local_cache::LocalCache;
 use self::migration::Migrations;
 use self::script::Script;
-use super::{ApplyMode, ChargeOutcome, Store, StoreError};
+use super::{ChargeOutcome, Store, StoreError};
+use crate::algorithm::Mode;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::plan::Plan;
@@ -78,7 +79,7 @@ pub struct RedisOptions {
     pub clock: ClockSource,
     /// Entries in the local over-limit cache; 0 disables it.
     pub local_cache_size: usize,
-    /// Where the store counts (round trips, take-backs, cache hits).
+    /// Where the store counts (round trips, refunds, cache hits).
     pub metrics: Arc<Metrics>,
     /// TLS: trust this CA (PEM) instead of the system's roots (`rediss://` URLs).
     pub ca_file: Option<PathBuf>,
@@ -110,11 +111,7 @@ struct Inner {
 }
 
 impl Store for RedisStore {
-    async fn apply(
-        &self,
-        plan: &Plan<'_>,
-        mode: ApplyMode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+    async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         self.inner.apply(plan, mode).await
     }
 
@@ -142,7 +139,7 @@ impl Store for RedisStore {
     }
 
     async fn close(&self) {
-        self.inner.give_back_leases().await;
+        self.inner.refund_leases().await;
     }
 
     async fn serve_thread<F: Future>(&self, serve: F) -> F::Output {

@@ -5,16 +5,17 @@
 use futures::future::join_all;
 
 use super::client::call_options;
-use super::decide::{Decided, Decision};
+use super::decide::{Decided, RedisDecision};
 use super::script::{self, args, parse_reply, unpack};
 use super::Inner;
+use crate::algorithm::Mode;
 use crate::metrics::StoreOp;
-use crate::store::protocol::{Mode, Protocol};
+use crate::store::protocol::Protocol;
 
 impl Inner {
     /// Answers a request that charges nothing from replicas: every group a dry run. `None`
     /// when a replica could not answer (the caller asks the primaries).
-    pub(super) async fn ask_replicas(&self, call: &Decision<'_>) -> Option<Decided> {
+    pub(super) async fn ask_replicas(&self, call: &RedisDecision<'_>) -> Option<Decided> {
         let placed = call.placed;
         let quota = placed.quota_descriptors;
         let client = self.clients.for_call();
@@ -22,7 +23,7 @@ impl Inner {
         let replies = join_all(placed.groups.iter().map(|g| {
             let (client, options) = (&client, &options);
             async move {
-                let (keys, arg) = args(g, &placed.specs, call.now, Mode::DryRun, quota, &[]);
+                let (keys, arg) = args(g, &placed.charges, call.now, Mode::DryRun, quota, &[]);
                 let started = std::time::Instant::now();
                 let reply =
                     script::eval_replica(client, options, &self.script, keys, vec![arg]).await;
@@ -35,7 +36,7 @@ impl Inner {
             }
         }))
         .await;
-        let mut protocol = Protocol::new(placed, false);
+        let mut protocol = Protocol::new(placed, Mode::Decide);
         for (gi, reply) in replies.into_iter().enumerate() {
             match reply {
                 Ok(r) => protocol.record(gi, r.answer),

@@ -19,13 +19,13 @@ use super::migration::{self, Migrations};
 use crate::algorithm::fixed_window::Window;
 use crate::algorithm::sliding_window::Log;
 use crate::algorithm::token_bucket::Tat;
-use crate::algorithm::{Landing, State};
+use crate::algorithm::{Landing, Mode, State};
 use crate::decision::ChargeOutcome;
 use crate::limit::{Algorithm, LimitParams};
 use crate::plan::Role;
 use crate::store::error::Cause;
-use crate::store::placement::{Group, Spec};
-use crate::store::protocol::{GroupAnswer, Mode, Undo};
+use crate::store::placement::{Group, PlacedCharge};
+use crate::store::protocol::{GroupAnswer, Refund};
 use crate::store::StoreError;
 
 /// The counts and codes of the script's argument and reply layout.
@@ -206,15 +206,15 @@ pub async fn eval_replica(
 }
 
 /// KEYS and the one argument of a group's call: every number packed (see the script), `now`
-/// (µs; `None`: the script reads Redis `TIME`) first. `undo` (refund mode) is per charge of
+/// (µs; `None`: the script reads Redis `TIME`) first. `refunds` (refund mode) is per charge of
 /// the group.
 pub fn args(
     g: &Group,
-    specs: &[Spec<'_>],
+    specs: &[PlacedCharge<'_>],
     now: Option<i64>,
     mode: Mode,
     quota_descriptors: usize,
-    undo: &[Undo],
+    refunds: &[Refund],
 ) -> (Vec<Key>, Value) {
     let keys: Vec<Key> = g
         .keys
@@ -223,7 +223,7 @@ pub fn args(
         .collect();
     let n = g.charges.len();
     let mut packed = Packed::with_numbers(
-        layout::CALL_NUMBERS + n * layout::CHARGE_NUMBERS + undo.len() * layout::REFUND_NUMBERS,
+        layout::CALL_NUMBERS + n * layout::CHARGE_NUMBERS + refunds.len() * layout::REFUND_NUMBERS,
     );
     packed.push_signed(now.unwrap_or(-1));
     packed.push(keys.len() as u64);
@@ -250,7 +250,7 @@ pub fn args(
             Role::Quota { descriptor } => layout::QUOTA + descriptor as u64,
         });
     }
-    for u in undo {
+    for u in refunds {
         packed.push(u.allowed as u64);
         packed.push(u.kept().added);
         packed.push(u.amount());
@@ -300,7 +300,7 @@ pub fn unpack(reply: &Value) -> Result<Vec<i64>, StoreError> {
 
 /// One group's answer.
 pub struct Reply {
-    /// The `now` the script decided at (µs); a take-back answers at the same time.
+    /// The `now` the script decided at (µs); a refund answers at the same time.
     pub now: i64,
     pub answer: GroupAnswer,
 }
@@ -393,7 +393,7 @@ pub fn decode_state(params: &LimitParams, raw: &[u8]) -> Option<State> {
 #[cfg(test)]
 mod tests {
     use super::layout;
-    use crate::store::protocol::Mode;
+    use crate::algorithm::Mode;
 
     /// The numbers a line `local A, B = 1, 2` of the script gives its names.
     fn lua_locals(names: &str) -> Vec<String> {
@@ -446,7 +446,7 @@ mod tests {
                 Mode::Decide,
                 Mode::CountRejected,
                 Mode::DryRun,
-                Mode::TakeBack
+                Mode::Refund
             ]
             .map(|m| (m as u64).to_string())
         );
