@@ -129,7 +129,7 @@ async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
 async fn json_endpoint<S: Store>(State(st): State<Arc<AdminState<S>>>, body: Bytes) -> Response {
     let req = match parse_request(&body) {
         Ok(r) => r,
-        Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
     };
     match st.limiter.should_rate_limit(&req).await {
         Ok(resp) => {

@@ -252,7 +252,16 @@ pub struct ServeArgs {
     pub local_cache_size: usize,
 }
 
-fn parse_files(text: &str) -> Result<FileSelection, String> {
+/// A flag value tollgate's own parsers refuse (clap names the flag).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagValueError {
+    #[error("'{0}' is not one of yaml, all, all-with-dotfiles")]
+    FileSelection(String),
+    #[error("'{0}' is not a size like 67108864, 512KiB, 64MiB or 1GiB")]
+    Size(String),
+}
+
+fn parse_files(text: &str) -> Result<FileSelection, FlagValueError> {
     match text {
         "yaml" => Ok(FileSelection::Yaml),
         "all" => Ok(FileSelection::All {
@@ -261,9 +270,7 @@ fn parse_files(text: &str) -> Result<FileSelection, String> {
         "all-with-dotfiles" => Ok(FileSelection::All {
             ignore_dotfiles: false,
         }),
-        _ => Err(format!(
-            "'{text}' is not one of yaml, all, all-with-dotfiles"
-        )),
+        _ => Err(FlagValueError::FileSelection(text.to_string())),
     }
 }
 
@@ -350,7 +357,7 @@ pub struct QueryArgs {
 }
 
 /// `N`, `NKiB`, `NMiB` or `NGiB` bytes.
-pub fn parse_bytes(text: &str) -> Result<usize, String> {
+pub fn parse_bytes(text: &str) -> Result<usize, FlagValueError> {
     let t = text.trim();
     let (digits, factor) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
         .iter()
@@ -361,7 +368,7 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
         .ok()
         .and_then(|n| n.checked_mul(factor))
         .filter(|&n| n > 0)
-        .ok_or_else(|| format!("'{text}' is not a size like 67108864, 512KiB, 64MiB or 1GiB"))
+        .ok_or_else(|| FlagValueError::Size(text.to_string()))
 }
 
 #[cfg(test)]

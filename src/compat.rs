@@ -7,7 +7,11 @@
 //! flag is not generated). Variables tollgate does not implement are named once at startup;
 //! ones whose silent omission would change answers or security are errors.
 
+mod error;
+
 use std::ffi::OsString;
+
+pub use self::error::CompatError;
 
 /// Whether argv[0] asks for envoyproxy/ratelimit's interface.
 pub fn invoked_as_ratelimit(argv0: &std::ffi::OsStr) -> bool {
@@ -64,14 +68,14 @@ const NOT_IMPLEMENTED: &[&str] = &[
 pub fn translate(
     argv0: OsString,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Translation, String> {
+) -> Result<Translation, CompatError> {
     let mut t = Builder {
         env,
         args: vec![argv0],
         notes: Vec::new(),
     };
     let get = |name: &str| env(name).filter(|v| !v.is_empty());
-    let flag_bool = |name: &str| -> Result<Option<bool>, String> {
+    let flag_bool = |name: &str| -> Result<Option<bool>, CompatError> {
         get(name).map(|v| go_bool(name, &v)).transpose()
     };
 
@@ -82,7 +86,7 @@ pub fn translate(
     if let Some(format) = get("LOG_FORMAT") {
         let format = format.to_ascii_lowercase();
         if format != "json" && format != "text" {
-            return Err(format!("LOG_FORMAT={format}: expected json or text"));
+            return Err(CompatError::LogFormat(format));
         }
         t.flag("log-format", &format);
     }
@@ -110,9 +114,7 @@ pub fn translate(
     flag_bool("RUNTIME_WATCH_ROOT")?;
     t.switch("merge-domains", flag_bool("MERGE_DOMAIN_CONFIG")?);
     if let Some(kind) = get("CONFIG_TYPE").filter(|k| k != "FILE") {
-        return Err(format!(
-            "CONFIG_TYPE={kind}: tollgate reads its config from files only (CONFIG_TYPE=FILE)"
-        ));
+        return Err(CompatError::ConfigType(kind));
     }
 
     // Listeners. tollgate's default host is `::` (dual-stack, 0.0.0.0 without IPv6).
@@ -135,7 +137,7 @@ pub fn translate(
         let prometheus = get("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
         let (host, port) = prometheus
             .rsplit_once(':')
-            .ok_or_else(|| format!("PROMETHEUS_ADDR={prometheus}: expected host:port or :port"))?;
+            .ok_or_else(|| CompatError::PrometheusAddr(prometheus.clone()))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
         t.flag(
             "metrics-addr",
@@ -160,20 +162,14 @@ pub fn translate(
         t.flag("grpc-max-connection-age-grace", &grace);
     }
     if flag_bool("GRPC_SERVER_USE_TLS")?.unwrap_or(false) {
-        let need =
-            |name: &str| get(name).ok_or_else(|| format!("GRPC_SERVER_USE_TLS=true needs {name}"));
+        let need = |name: &'static str| get(name).ok_or(CompatError::TlsNeeds(name));
         t.flag("grpc-tls-cert", &need("GRPC_SERVER_TLS_CERT")?);
         t.flag("grpc-tls-key", &need("GRPC_SERVER_TLS_KEY")?);
         if let Some(ca) = get("GRPC_CLIENT_TLS_CACERT") {
             t.flag("grpc-client-ca", &ca);
         }
         if get("GRPC_CLIENT_TLS_SAN").is_some() {
-            return Err(
-                "GRPC_CLIENT_TLS_SAN: tollgate checks that client certificates chain to \
-                 GRPC_CLIENT_TLS_CACERT but cannot yet require a SAN; unset it, or give the \
-                 client certificates a CA of their own"
-                    .into(),
-            );
+            return Err(CompatError::ClientSan);
         }
     }
 
@@ -205,23 +201,16 @@ pub fn translate(
     // their window's end plus one second and need none.
     if let Some(j) = get("EXPIRATION_JITTER_MAX_SECONDS") {
         j.parse::<u64>()
-            .map_err(|_| format!("EXPIRATION_JITTER_MAX_SECONDS={j}: expected whole seconds"))?;
+            .map_err(|_| CompatError::Jitter(j.clone()))?;
     }
 
     // The store.
     let backend = get("BACKEND_TYPE").unwrap_or_else(|| "redis".into());
     if backend != "redis" {
-        return Err(format!(
-            "BACKEND_TYPE={backend}: tollgate stores counters in Redis (BACKEND_TYPE=redis) or \
-             in memory (run `tollgate serve` without --redis-url)"
-        ));
+        return Err(CompatError::Backend(backend));
     }
     if flag_bool("REDIS_PERSECOND")?.unwrap_or(false) {
-        return Err(
-            "REDIS_PERSECOND=true: tollgate keeps every unit in one Redis; point \
-             REDIS_URL at it and unset REDIS_PERSECOND"
-                .into(),
-        );
+        return Err(CompatError::PerSecond);
     }
     if env("TOLLGATE_REDIS_URL").is_none() {
         t.flag("redis-url", &redis_url(&get)?);
@@ -246,7 +235,7 @@ pub fn translate(
     if let Some(bytes) = get("LOCAL_CACHE_SIZE_IN_BYTES") {
         let bytes: u64 = bytes
             .parse()
-            .map_err(|_| format!("LOCAL_CACHE_SIZE_IN_BYTES={bytes}: expected a number"))?;
+            .map_err(|_| CompatError::CacheSize(bytes.clone()))?;
         // tollgate's over-limit cache counts entries; one holds about 128 bytes.
         t.flag("local-cache-size", &(bytes / 128).to_string());
     }
@@ -297,11 +286,8 @@ impl Builder<'_> {
 
 /// `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_URL`, `REDIS_AUTH`, `REDIS_SENTINEL_AUTH` and
 /// `REDIS_TLS` as one tollgate Redis URL.
-fn redis_url(get: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
-    let url = get("REDIS_URL").ok_or(
-        "REDIS_URL is not set: envoyproxy/ratelimit's interface needs Redis \
-         (host:port, or a socket path with REDIS_SOCKET_TYPE=unix)",
-    )?;
+fn redis_url(get: &dyn Fn(&str) -> Option<String>) -> Result<String, CompatError> {
+    let url = get("REDIS_URL").ok_or(CompatError::NoRedisUrl)?;
     let tls = match get("REDIS_TLS") {
         Some(v) => go_bool("REDIS_TLS", &v)?,
         None => false,
@@ -320,15 +306,13 @@ fn redis_url(get: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     match socket.as_str() {
         "unix" => {
             if kind != "single" {
-                return Err(format!(
-                    "REDIS_SOCKET_TYPE=unix works with REDIS_TYPE=single, not {kind}"
-                ));
+                return Err(CompatError::UnixNotSingle(kind));
             }
             let host = if auth.is_empty() { "" } else { "localhost" };
             return Ok(format!("redis+unix://{auth}{host}{url}"));
         }
         "tcp" => {}
-        other => return Err(format!("REDIS_SOCKET_TYPE={other}: expected tcp or unix")),
+        other => return Err(CompatError::SocketType(other.to_string())),
     }
     let s = if tls { "s" } else { "" };
     let hosts = |list: &str| -> Vec<String> {
@@ -347,9 +331,7 @@ fn redis_url(get: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
             let master = parts.next().unwrap_or_default();
             let sentinels: Vec<String> = parts.collect();
             if sentinels.is_empty() {
-                return Err(format!(
-                    "REDIS_TYPE=sentinel: REDIS_URL={url} must be master-name,host:port[,host:port…]"
-                ));
+                return Err(CompatError::SentinelUrl(url));
             }
             let query = match get("REDIS_SENTINEL_AUTH") {
                 None => String::new(),
@@ -367,11 +349,7 @@ fn redis_url(get: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
                 sentinels.join(",")
             )
         }
-        other => {
-            return Err(format!(
-                "REDIS_TYPE={other}: expected single, sentinel or cluster"
-            ))
-        }
+        other => return Err(CompatError::RedisType(other.to_string())),
     })
 }
 
@@ -389,29 +367,26 @@ fn escape(text: &str) -> String {
 }
 
 /// Go's `strconv.ParseBool`.
-pub fn go_bool(name: &str, value: &str) -> Result<bool, String> {
+pub fn go_bool(name: &str, value: &str) -> Result<bool, CompatError> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!(
-            "{name}={value}: expected a boolean (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)"
-        )),
+        _ => Err(CompatError::Bool {
+            name: name.to_string(),
+            value: value.to_string(),
+        }),
     }
 }
 
 /// logrus level names as a tracing filter.
-fn log_level(level: &str) -> Result<String, String> {
+fn log_level(level: &str) -> Result<String, CompatError> {
     Ok(match level.to_ascii_lowercase().as_str() {
         "trace" => "trace",
         "debug" => "debug",
         "info" => "info",
         "warn" | "warning" => "warn",
         "error" | "fatal" | "panic" => "error",
-        _ => {
-            return Err(format!(
-                "LOG_LEVEL={level}: expected trace, debug, info, warn, error, fatal or panic"
-            ))
-        }
+        _ => return Err(CompatError::LogLevel(level.to_string())),
     }
     .to_string())
 }
@@ -421,7 +396,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn run(vars: &[(&str, &str)]) -> Result<Vec<String>, String> {
+    fn run(vars: &[(&str, &str)]) -> Result<Vec<String>, CompatError> {
         let map: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -507,7 +482,7 @@ mod tests {
             .unwrap(),
             "redis+unix:///run/redis.sock"
         );
-        assert!(run(&[]).unwrap_err().contains("REDIS_URL"));
+        assert_eq!(run(&[]), Err(CompatError::NoRedisUrl));
         assert!(run(&[("REDIS_URL", "h:1"), ("REDIS_TYPE", "weird")]).is_err());
         assert!(run(&[("REDIS_URL", "mymaster"), ("REDIS_TYPE", "sentinel")]).is_err());
     }
@@ -526,7 +501,9 @@ mod tests {
         assert!(!args.iter().any(|a| a.starts_with("--config=")));
         assert!(args.contains(&"--shadow-mode".to_string()));
         assert!(args.contains(&"--grpc-max-connection-age=1h30m".to_string()));
-        let err = run(&[("REDIS_URL", "h:1"), ("SHADOW_MODE", "yes")]).unwrap_err();
+        let err = run(&[("REDIS_URL", "h:1"), ("SHADOW_MODE", "yes")])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("SHADOW_MODE=yes"), "{err}");
         assert!(run(&[("REDIS_URL", "h:1"), ("BACKEND_TYPE", "memcache")]).is_err());
         assert!(run(&[("REDIS_URL", "h:1"), ("REDIS_PERSECOND", "true")]).is_err());
@@ -536,6 +513,7 @@ mod tests {
             ("GRPC_SERVER_TLS_CERT", "c")
         ])
         .unwrap_err()
+        .to_string()
         .contains("GRPC_SERVER_TLS_KEY"));
         assert!(invoked_as_ratelimit("/bin/ratelimit".as_ref()));
         assert!(!invoked_as_ratelimit("/usr/local/bin/tollgate".as_ref()));

@@ -31,7 +31,7 @@ use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::service::{CallError, RateLimiter};
 use crate::store::Store;
 use crate::telemetry;
-use crate::validate::Bounds;
+use crate::validate::{Bounds, ValidationError};
 
 /// The one method served here.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -183,7 +183,7 @@ async fn read_message(body: Incoming, bounds: &Bounds) -> Result<RateLimitReques
         })?
         .to_bytes();
     let message = unframe(body)?;
-    check_counts(&message, bounds).map_err(tonic::Status::invalid_argument)?;
+    check_counts(&message, bounds).map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
     RateLimitRequest::decode(message)
         .map_err(|e| tonic::Status::internal(format!("failed to decode the request: {e}")))
 }
@@ -192,7 +192,7 @@ async fn read_message(body: Incoming, bounds: &Bounds) -> Result<RateLimitReques
 /// than `bounds` allow is refused with the words [`crate::validate`] would use. Decoded, a
 /// 4 MiB message of empty descriptors takes about 60 times its size. A message this walk
 /// cannot follow is left to the decoder to refuse.
-fn check_counts(message: &[u8], bounds: &Bounds) -> Result<(), String> {
+fn check_counts(message: &[u8], bounds: &Bounds) -> Result<(), ValidationError> {
     let mut descriptors = 0;
     let mut too_many_entries = None;
     let _ = each_field(message, |tag, payload| {
@@ -207,16 +207,17 @@ fn check_counts(message: &[u8], bounds: &Bounds) -> Result<(), String> {
         }
     });
     if descriptors > bounds.max_descriptors {
-        return Err(format!(
-            "request has {descriptors} descriptors; the maximum is {}",
-            bounds.max_descriptors
-        ));
+        return Err(ValidationError::TooManyDescriptors {
+            count: descriptors,
+            max: bounds.max_descriptors,
+        });
     }
     match too_many_entries {
-        Some((i, n)) => Err(format!(
-            "descriptor {i} has {n} entries; the maximum is {}",
-            bounds.max_entries
-        )),
+        Some((descriptor, count)) => Err(ValidationError::TooManyEntries {
+            descriptor,
+            count,
+            max: bounds.max_entries,
+        }),
         None => Ok(()),
     }
 }
@@ -397,24 +398,25 @@ mod tests {
     #[test]
     fn descriptors_and_entries_are_counted_before_decoding() {
         let b = Bounds::default();
-        assert_eq!(check_counts(&request(64, 16), &b), Ok(()));
+        let check = |message: &[u8]| check_counts(message, &b).map_err(|e| e.to_string());
+        assert_eq!(check(&request(64, 16)), Ok(()));
         assert_eq!(
-            check_counts(&request(65, 1), &b),
+            check(&request(65, 1)),
             Err("request has 65 descriptors; the maximum is 64".into())
         );
         assert_eq!(
-            check_counts(&request(3, 17), &b),
+            check(&request(3, 17)),
             Err("descriptor 0 has 17 entries; the maximum is 16".into())
         );
         // 4 MiB of empty descriptors (each `12 02 0a 00`: one empty entry).
         let hostile = [0x12u8, 0x02, 0x0a, 0x00].repeat(1 << 20);
         assert_eq!(
-            check_counts(&hostile, &b),
+            check(&hostile),
             Err("request has 1048576 descriptors; the maximum is 64".into())
         );
         // Broken encodings are the decoder's to refuse.
-        assert_eq!(check_counts(&[0xff; 16], &b), Ok(()));
-        assert_eq!(check_counts(&[0x12, 0x7f, 0x0a], &b), Ok(()));
+        assert_eq!(check(&[0xff; 16]), Ok(()));
+        assert_eq!(check(&[0x12, 0x7f, 0x0a]), Ok(()));
     }
 
     fn headers(timeout: &str) -> HeaderMap {

@@ -85,34 +85,50 @@ fn int<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     }
 }
 
-fn unit_number(v: &Value) -> Result<i32, String> {
+/// A `/json` request body that is not a `RateLimitRequest` (answered 400 with this message).
+#[derive(Debug, thiserror::Error)]
+pub enum JsonRequestError {
+    #[error("invalid request: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("invalid request: hitsAddend does not fit in 32 bits")]
+    HitsAddend,
+    #[error("invalid request: requestsPerUnit does not fit in 32 bits")]
+    RequestsPerUnit,
+    #[error("invalid request: unknown unit '{0}'")]
+    UnknownUnit(String),
+    /// A unit that is neither a name nor an enum number.
+    #[error("invalid request: bad unit {0}")]
+    BadUnit(Value),
+}
+
+fn unit_number(v: &Value) -> Result<i32, JsonRequestError> {
     match v {
-        Value::String(s) => proto_unit_number(s).ok_or_else(|| format!("unknown unit '{s}'")),
+        Value::String(s) => {
+            proto_unit_number(s).ok_or_else(|| JsonRequestError::UnknownUnit(s.clone()))
+        }
         Value::Number(n) => n
             .as_i64()
             .and_then(|n| i32::try_from(n).ok())
-            .ok_or_else(|| format!("bad unit {n}")),
-        other => Err(format!("bad unit {other}")),
+            .ok_or_else(|| JsonRequestError::BadUnit(v.clone())),
+        other => Err(JsonRequestError::BadUnit(other.clone())),
     }
 }
 
 /// Parses a proto3 JSON `RateLimitRequest`.
-pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, String> {
-    let r: JsonRequest =
-        serde_json::from_slice(body).map_err(|e| format!("invalid request: {e}"))?;
-    let hits_addend = u32::try_from(r.hits_addend.unwrap_or(0))
-        .map_err(|_| "invalid request: hitsAddend does not fit in 32 bits".to_string())?;
+pub fn parse_request(body: &[u8]) -> Result<RateLimitRequest, JsonRequestError> {
+    let r: JsonRequest = serde_json::from_slice(body).map_err(JsonRequestError::Json)?;
+    let hits_addend =
+        u32::try_from(r.hits_addend.unwrap_or(0)).map_err(|_| JsonRequestError::HitsAddend)?;
     let mut descriptors = Vec::with_capacity(r.descriptors.len());
     for d in r.descriptors {
         let limit = match d.limit {
             None => None,
             Some(l) => Some(RateLimitOverride {
-                requests_per_unit: u32::try_from(l.requests_per_unit.unwrap_or(0)).map_err(
-                    |_| "invalid request: requestsPerUnit does not fit in 32 bits".to_string(),
-                )?,
+                requests_per_unit: u32::try_from(l.requests_per_unit.unwrap_or(0))
+                    .map_err(|_| JsonRequestError::RequestsPerUnit)?,
                 unit: match &l.unit {
                     None => 0,
-                    Some(u) => unit_number(u).map_err(|e| format!("invalid request: {e}"))?,
+                    Some(u) => unit_number(u)?,
                 },
             }),
         };

@@ -104,14 +104,31 @@ fn main() -> ExitCode {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", message(&e));
             ExitCode::FAILURE
         }
     }
 }
 
+/// The error and its causes, as anyhow's `{:#}` writes them (`outer: inner: …`), each cause
+/// once: tollgate's errors quote their source's text (`cannot read: <io error>`) and keep it
+/// as the source too, so a cause whose text already ends the message is not written again.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let _traces = telemetry::init_traces().map_err(anyhow::Error::msg)?;
+    let _traces = telemetry::init_traces()?;
     let settings = Settings {
         count_rejected: args.count_rejected,
         global_shadow: args.shadow_mode,

@@ -10,26 +10,43 @@ use crate::pb::rls::rate_limit_response::Code;
 use crate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 
+/// A `--descriptor` that does not parse; it names the part and the whole descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    #[error("'{option}' in descriptor '{descriptor}': only ';hits=N' may follow the entries")]
+    Option { option: String, descriptor: String },
+    #[error("'{hits}' in descriptor '{descriptor}' is not a number of hits")]
+    Hits { hits: String, descriptor: String },
+    #[error("'{entry}' in descriptor '{descriptor}' is not key=value")]
+    Entry { entry: String, descriptor: String },
+}
+
 /// Parses `key=value,key2=value2[;hits=N]` into a descriptor; `;hits=N` sets the descriptor's
 /// own `hits_addend` (`hits=0` asks without charging).
-pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, String> {
+pub fn parse_descriptor(s: &str) -> Result<RateLimitDescriptor, DescriptorError> {
+    let descriptor = || s.to_string();
     let (body, hits_addend) = match s.rsplit_once(';') {
         None => (s, None),
         Some((body, opt)) => {
-            let n = opt.strip_prefix("hits=").ok_or_else(|| {
-                format!("'{opt}' in descriptor '{s}': only ';hits=N' may follow the entries")
+            let n = opt
+                .strip_prefix("hits=")
+                .ok_or_else(|| DescriptorError::Option {
+                    option: opt.to_string(),
+                    descriptor: descriptor(),
+                })?;
+            let n = n.parse::<u64>().map_err(|_| DescriptorError::Hits {
+                hits: n.to_string(),
+                descriptor: descriptor(),
             })?;
-            let n = n
-                .parse::<u64>()
-                .map_err(|_| format!("'{n}' in descriptor '{s}' is not a number of hits"))?;
             (body, Some(n))
         }
     };
     let mut entries = Vec::new();
     for part in body.split(',') {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or_else(|| format!("'{part}' in descriptor '{s}' is not key=value"))?;
+        let (k, v) = part.split_once('=').ok_or_else(|| DescriptorError::Entry {
+            entry: part.to_string(),
+            descriptor: descriptor(),
+        })?;
         entries.push(Entry {
             key: k.to_string(),
             value: v.to_string(),
@@ -70,8 +87,7 @@ pub async fn run(
         descriptors: descriptors
             .iter()
             .map(|d| parse_descriptor(d))
-            .collect::<Result<_, _>>()
-            .map_err(anyhow::Error::msg)?,
+            .collect::<Result<_, _>>()?,
         hits_addend: hits.unwrap_or(0),
     };
     let mut client = RateLimitServiceClient::connect(addr.to_string()).await?;

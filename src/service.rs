@@ -160,7 +160,7 @@ impl<S: Store> RateLimiter<S> {
             self.metrics.request(domain, RequestCode::Invalid);
             CallError::InvalidArgument(m)
         };
-        validate(req, &self.settings.bounds).map_err(invalid)?;
+        validate(req, &self.settings.bounds).map_err(|e| invalid(e.to_string()))?;
         if self.settings.disabled || policy.is_some_and(|p| p.disabled) {
             // The kill switch: OK for every descriptor, nothing read or written.
             self.metrics.request(domain, RequestCode::Disabled);

@@ -30,10 +30,27 @@ pub enum LogFormat {
     Json,
 }
 
+/// Logs or traces that cannot be started.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("invalid log filter '{filter}': {source}")]
+    LogFilter {
+        filter: String,
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
+    #[error("cannot start logging: {0}")]
+    Logging(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot start the OTLP trace exporter: {0}")]
+    Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
+}
+
 /// Starts logging with `filter` (tracing-subscriber syntax; an invalid one is an error).
-pub fn init_logs(filter: &str, format: LogFormat) -> Result<(), String> {
-    let filter =
-        EnvFilter::try_new(filter).map_err(|e| format!("invalid log filter '{filter}': {e}"))?;
+pub fn init_logs(filter: &str, format: LogFormat) -> Result<(), TelemetryError> {
+    let filter = EnvFilter::try_new(filter).map_err(|source| TelemetryError::LogFilter {
+        filter: filter.to_string(),
+        source,
+    })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -43,7 +60,7 @@ pub fn init_logs(filter: &str, format: LogFormat) -> Result<(), String> {
             .try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
-    installed.map_err(|e| format!("cannot start logging: {e}"))
+    installed.map_err(TelemetryError::Logging)
 }
 
 /// The trace pipeline; flushes what is left when dropped.
@@ -60,7 +77,7 @@ pub fn enabled() -> bool {
 
 /// Starts exporting traces when an OTLP endpoint is configured. Must run inside the Tokio
 /// runtime (the gRPC exporter's connection lives there).
-pub fn init_traces() -> Result<Traces, String> {
+pub fn init_traces() -> Result<Traces, TelemetryError> {
     let configured = [
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -74,7 +91,7 @@ pub fn init_traces() -> Result<Traces, String> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .build()
-        .map_err(|e| format!("cannot start the OTLP trace exporter: {e}"))?;
+        .map_err(TelemetryError::Exporter)?;
     let mut resource = Resource::builder();
     if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
         resource = resource.with_service_name("tollgate");

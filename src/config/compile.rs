@@ -1,17 +1,18 @@
 //! Validates a parsed YAML file and compiles it into a [`Domain`] match tree.
 //!
-//! Error wording follows envoyproxy/ratelimit where it has one, prefixed with the file and,
-//! for rules, the composite key (`domain.key_value.key2`) that locates the rule.
+//! Errors ([`super::error`]) name the file and, for rules, the composite key
+//! (`domain.key_value.key2`) that locates the rule.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::raw::{RawFile, RawLimit, RawRule};
-use super::{ConfigError, Domain, DomainPolicy, Level, Pattern, Rule, UsageDomains};
-use crate::duration;
-use crate::limit::{
-    default_key_suffix, Algorithm, Limit, LimitParams, Unit, ALGORITHM_NAMES, UNIT_NAMES,
+use super::{
+    ConfigError, ConfigProblem, Domain, DomainPolicy, LeaseError, Level, LimitError, Pattern, Rule,
+    RuleError, UsageDomains,
 };
+use crate::duration;
+use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams, Unit};
 
 /// Parses and compiles one YAML file's text. `file` names it in errors; a domain that
 /// `usage_domains` names gets overdraft limits only (see [`UsageDomains`]).
@@ -26,23 +27,21 @@ pub fn compile_file(
         // The whole document is parsed first, so a syntax error is what gets reported, not
         // a scalar field that met the half-written list it starts.
         serde_yaml::from_str::<serde::de::IgnoredAny>(text)
-            .map_err(|e| ConfigError::yaml(file, &e))?;
-        serde_yaml::from_str(text).map_err(|e| ConfigError::yaml(file, &e))?
+            .map_err(|e| ConfigError::yaml(file, e))?;
+        serde_yaml::from_str(text).map_err(|e| ConfigError::yaml(file, e))?
     };
-    let err = |msg: String| ConfigError::new(file, None, msg);
+    let err = |problem: ConfigProblem| ConfigError::new(file, None, problem);
     let domain = match raw.domain {
         Some(d) if !d.is_empty() => d,
-        _ => return Err(err("config file cannot have empty domain".into())),
+        _ => return Err(err(ConfigProblem::EmptyDomain)),
     };
     if raw.max_hits == Some(0) {
-        return Err(err(format!(
-            "domain '{domain}': max_hits must be at least 1 (it is the largest cost one descriptor may carry)"
-        )));
+        return Err(err(ConfigProblem::ZeroMaxHits(domain)));
     }
     let usage = usage_domains.matches(&domain);
     let mut root = Level::default();
     for rule in raw.descriptors.unwrap_or_default() {
-        compile_rule(&domain, rule, &mut root, usage).map_err(err)?;
+        compile_rule(&domain, rule, &mut root, usage).map_err(|e| err(e.into()))?;
     }
     Ok(Domain {
         name: domain,
@@ -62,10 +61,14 @@ fn compile_rule(
     raw: RawRule,
     level: &mut Level,
     usage: bool,
-) -> Result<(), String> {
+) -> Result<(), RuleError> {
     let key = match raw.key {
         Some(k) if !k.is_empty() => k,
-        _ => return Err(format!("'{parent_key}': descriptor has empty key")),
+        _ => {
+            return Err(RuleError::EmptyKey {
+                parent: parent_key.to_string(),
+            })
+        }
     };
     let value = raw.value.unwrap_or_default();
     let full_key = if value.is_empty() {
@@ -73,12 +76,13 @@ fn compile_rule(
     } else {
         format!("{parent_key}.{key}_{value}")
     };
-    let at = |msg: &str| format!("'{full_key}': {msg}");
+    let at = |problem: LimitError| RuleError::Limit {
+        full_key: full_key.clone(),
+        problem,
+    };
     let pattern = Pattern::parse(&value);
     if raw.share_threshold && !matches!(pattern, Pattern::Wildcard(_)) {
-        return Err(format!(
-            "share_threshold can only be used with wildcard values (containing '*'), but found key '{full_key}'"
-        ));
+        return Err(RuleError::ShareThresholdNeedsWildcard(full_key));
     }
 
     let mut raw_limits: Vec<RawLimit> = raw.rate_limit.into_iter().collect();
@@ -89,21 +93,19 @@ fn compile_rule(
     let mut suffixes = HashSet::new();
     let n_limits = raw_limits.len();
     for (i, rl) in raw_limits.into_iter().enumerate() {
-        let replaces = compile_replaces(&rl).map_err(|m| at(&m))?;
+        let replaces = compile_replaces(&rl).map_err(at)?;
         if rl.unlimited {
             if rl.unit.as_deref().is_some_and(|u| !u.is_empty()) {
-                return Err(at("should not specify rate limit unit when unlimited"));
+                return Err(RuleError::UnlimitedWithUnit(full_key));
             }
             if n_limits > 1 {
-                return Err(at(
-                    "an unlimited rate limit cannot be combined with other limits",
-                ));
+                return Err(RuleError::UnlimitedWithOthers(full_key));
             }
             unlimited = true;
             unlimited_replaces = replaces;
             continue;
         }
-        let mut limit = compile_limit(rl, replaces, usage).map_err(|m| at(&m))?;
+        let mut limit = compile_limit(rl, replaces, usage).map_err(at)?;
         if limit.metric_label.is_empty() {
             limit.metric_label = full_key.clone();
         }
@@ -114,15 +116,13 @@ fn compile_rule(
         limits.push(Arc::new(limit));
     }
     if limits.iter().filter(|l| l.shared).count() > 1 && limits.iter().any(|l| l.lease > 0) {
-        return Err(at(
-            "lease: a rule with more than one shared limit cannot lease them (one script call decides them together); give the leased limit a rule of its own",
-        ));
+        return Err(RuleError::LeaseWithSeveralShared(full_key));
     }
     let metadata = match raw.metadata {
         None => None,
         Some(m) => match serde_json::to_value(&m) {
             Ok(serde_json::Value::Object(map)) => Some(map),
-            _ => return Err(at("metadata must be a map with string keys")),
+            _ => return Err(RuleError::Metadata(full_key)),
         },
     };
 
@@ -146,35 +146,31 @@ fn compile_rule(
         full_key,
         children,
     };
-    level
-        .insert(rule)
-        .map_err(|k| format!("duplicate descriptor composite key '{k}'"))
+    Ok(level.insert(rule)?)
 }
 
-fn compile_replaces(rl: &RawLimit) -> Result<Vec<String>, String> {
+fn compile_replaces(rl: &RawLimit) -> Result<Vec<String>, LimitError> {
     let mut out = Vec::new();
     for r in rl.replaces.iter().flatten() {
         let name = r.name.clone().unwrap_or_default();
         if name.is_empty() {
-            return Err("should not have an empty replaces entry".into());
+            return Err(LimitError::EmptyReplaces);
         }
         if rl.name.as_deref() == Some(name.as_str()) {
-            return Err("replaces should not contain name of same descriptor".into());
+            return Err(LimitError::ReplacesItself);
         }
         out.push(name);
     }
     Ok(out)
 }
 
-fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Limit, String> {
+fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Limit, LimitError> {
     let unit_text = rl.unit.unwrap_or_default();
-    let unit = Unit::parse(&unit_text)
-        .ok_or_else(|| format!("invalid rate limit unit '{unit_text}'; expected {UNIT_NAMES}"))?;
+    let unit = Unit::parse(&unit_text).ok_or_else(|| LimitError::Unit(unit_text.clone()))?;
     let requests_per_unit = rl.requests_per_unit.unwrap_or(0);
     let algorithm = match rl.algorithm.as_deref() {
         None => Algorithm::FixedWindow,
-        Some(a) => Algorithm::parse(a)
-            .ok_or_else(|| format!("invalid algorithm '{a}'; expected {ALGORITHM_NAMES}"))?,
+        Some(a) => Algorithm::parse(a).ok_or_else(|| LimitError::Algorithm(a.to_string()))?,
     };
     let window_us = match rl.window.as_deref() {
         None => unit.seconds() * 1_000_000,
@@ -183,11 +179,11 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
     let burst = match (rl.burst, algorithm) {
         (None, _) => requests_per_unit as u64,
         (Some(b), Algorithm::TokenBucket) if b > 0 => b,
-        (Some(_), Algorithm::TokenBucket) => return Err("burst must be at least 1".into()),
-        (Some(_), _) => return Err("burst is only valid with algorithm token_bucket".into()),
+        (Some(_), Algorithm::TokenBucket) => return Err(LimitError::ZeroBurst),
+        (Some(_), _) => return Err(LimitError::BurstWithoutTokenBucket),
     };
     if algorithm == Algorithm::TokenBucket && requests_per_unit == 0 {
-        return Err("a token_bucket limit needs requests_per_unit of at least 1".into());
+        return Err(LimitError::TokenBucketWithoutLimit);
     }
     if algorithm == Algorithm::TokenBucket {
         check_token_bucket_size(burst, requests_per_unit as u64, window_us)?;
@@ -202,11 +198,9 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
     if let Some(lease) = rl.lease {
         check_lease(lease, rl.shared, &params).map_err(|e| {
             if usage && !rl.overdraft {
-                format!(
-                    "{e} (every limit of a usage domain, --usage-domains, is an overdraft limit)"
-                )
+                LimitError::LeaseInUsageDomain(e)
             } else {
-                e
+                LimitError::Lease(e)
             }
         })?;
     }
@@ -220,21 +214,21 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
 
 /// `lease: N`: a shared fixed-window limit (whose leased units expire with the window they were
 /// charged in), N from 1 to `requests_per_unit`.
-fn check_lease(lease: u64, shared: bool, p: &LimitParams) -> Result<(), String> {
+fn check_lease(lease: u64, shared: bool, p: &LimitParams) -> Result<(), LeaseError> {
     if !shared {
-        return Err("lease is only valid on a shared limit (shared: true)".into());
+        return Err(LeaseError::NotShared);
     }
     if p.algorithm != Algorithm::FixedWindow {
-        return Err("lease needs algorithm fixed_window: leased units expire with the window they were charged in".into());
+        return Err(LeaseError::NotFixedWindow);
     }
     if p.overdraft {
-        return Err("lease cannot be combined with overdraft".into());
+        return Err(LeaseError::Overdraft);
     }
     if lease == 0 || lease > p.limit {
-        return Err(format!(
-            "lease must be from 1 to requests_per_unit ({}), found {lease}",
-            p.limit
-        ));
+        return Err(LeaseError::OutOfRange {
+            lease,
+            limit: p.limit,
+        });
     }
     Ok(())
 }
@@ -245,15 +239,13 @@ fn check_lease(lease: u64, shared: bool, p: &LimitParams) -> Result<(), String> 
 const MAX_WINDOW_US: u64 = 3650 * 86_400 * 1_000_000;
 
 /// A limit's `window`: a positive whole number of milliseconds, in microseconds.
-pub(super) fn window_us(text: &str) -> Result<u64, String> {
+pub(super) fn window_us(text: &str) -> Result<u64, LimitError> {
     match duration::parse(text) {
-        Ok(d) if d.as_micros() > u128::from(MAX_WINDOW_US) => Err(format!(
-            "invalid window '{text}': the longest window is 3650d (ten years)"
-        )),
+        Ok(d) if d.as_micros() > u128::from(MAX_WINDOW_US) => {
+            Err(LimitError::WindowTooLong(text.to_string()))
+        }
         Ok(d) if !d.is_zero() && d.subsec_nanos() % 1_000_000 == 0 => Ok(d.as_micros() as u64),
-        _ => Err(format!(
-            "invalid window '{text}': expected a positive whole number of milliseconds, like 500ms, 90s, 5m, 1h30m or 1d"
-        )),
+        _ => Err(LimitError::Window(text.to_string())),
     }
 }
 
@@ -261,14 +253,15 @@ pub(super) fn window_us(text: &str) -> Result<u64, String> {
 /// products are `units × limit` and `units × window / limit` for up to
 /// `(1 + DEBT_CAP_FACTOR) × burst` units, which must stay below 2^52 (so that adding the time
 /// since the epoch stays below 2^53).
-fn check_token_bucket_size(burst: u64, limit: u64, window_us: u64) -> Result<(), String> {
+fn check_token_bucket_size(burst: u64, limit: u64, window_us: u64) -> Result<(), LimitError> {
     let units = burst as u128 * (crate::limit::DEBT_CAP_FACTOR as u128 + 1);
     let widest = (limit as u128).max((window_us as u128).div_ceil(limit as u128));
     if units * widest >= 1u128 << 52 {
-        return Err(format!(
-            "token_bucket with burst {burst}, requests_per_unit {limit} and a {} window is too large to compute exactly: keep 101 × burst × max(requests_per_unit, window in µs / requests_per_unit) under 2^52, or use fixed_window or sliding_window",
-            crate::duration::format(std::time::Duration::from_micros(window_us))
-        ));
+        return Err(LimitError::TokenBucketTooLarge {
+            burst,
+            limit,
+            window: std::time::Duration::from_micros(window_us),
+        });
     }
     Ok(())
 }

@@ -3,47 +3,12 @@
 //! or, as envoyproxy/ratelimit reads its runtime directory, every file in it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{compile_file, Config, Domain, Level, UsageDomains};
-
-/// A config problem a user can act on: which file, where, what.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}{}: {message}", .line.map(|l| format!(": line {l}")).unwrap_or_default())]
-pub struct ConfigError {
-    pub file: String,
-    pub line: Option<usize>,
-    pub message: String,
-}
-
-impl ConfigError {
-    pub fn new(file: &str, line: Option<usize>, message: String) -> ConfigError {
-        ConfigError {
-            file: file.to_string(),
-            line,
-            message,
-        }
-    }
-
-    pub(super) fn yaml(file: &str, e: &serde_yaml::Error) -> ConfigError {
-        let line = e.location().map(|l| l.line());
-        // serde_yaml appends " at line N column M"; the line is reported separately.
-        let text = e.to_string();
-        let message = match text.find(" at line ") {
-            Some(i) => text[..i].to_string(),
-            None => text,
-        };
-        ConfigError::new(
-            file,
-            line,
-            format!(
-                "error loading config file: {}",
-                message
-                    .replacen("unknown field `", "unknown key `", 1)
-                    .replacen("missing field `", "missing key `", 1)
-            ),
-        )
-    }
-}
+use super::{
+    compile_file, Config, ConfigError, ConfigProblem, Domain, DuplicateKey, Level, RuleError,
+    UsageDomains,
+};
 
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -90,10 +55,10 @@ pub fn read_sources(
 ) -> Result<Vec<(String, String)>, ConfigError> {
     let display = path.display().to_string();
     let meta = std::fs::metadata(path)
-        .map_err(|e| ConfigError::new(&display, None, format!("cannot read config: {e}")))?;
+        .map_err(|e| ConfigError::new(&display, None, ConfigProblem::Unreadable(Arc::new(e))))?;
     let files = if meta.is_dir() {
         list_files(path, files)
-            .map_err(|e| ConfigError::new(&display, None, format!("cannot list: {e}")))?
+            .map_err(|e| ConfigError::new(&display, None, ConfigProblem::Unlistable(Arc::new(e))))?
     } else {
         vec![path.to_path_buf()]
     };
@@ -103,7 +68,9 @@ pub fn read_sources(
             let name = file.display().to_string();
             std::fs::read_to_string(&file)
                 .map(|text| (name.clone(), text))
-                .map_err(|e| ConfigError::new(&name, None, format!("cannot read: {e}")))
+                .map_err(|e| {
+                    ConfigError::new(&name, None, ConfigProblem::UnreadableFile(Arc::new(e)))
+                })
         })
         .collect()
 }
@@ -152,28 +119,19 @@ fn add_domain(
         Some(_) if !opts.merge_domains => Err(ConfigError::new(
             file,
             None,
-            format!("duplicate domain '{}' in config file", domain.name),
+            ConfigProblem::DuplicateDomain(domain.name),
         )),
         Some(existing) if existing.policy != domain.policy => Err(ConfigError::new(
             file,
             None,
-            format!(
-                "domain '{}' is declared again with different disabled / allow_overrides / max_hits; \
-                 give them in one file, or the same in every file",
-                domain.name
-            ),
+            ConfigProblem::PolicyMismatch(domain.name),
         )),
-        Some(existing) => merge_level(&mut existing.root, domain.root).map_err(|k| {
-            ConfigError::new(
-                file,
-                None,
-                format!("duplicate descriptor composite key '{k}'"),
-            )
-        }),
+        Some(existing) => merge_level(&mut existing.root, domain.root)
+            .map_err(|k| ConfigError::new(file, None, RuleError::from(k))),
     }
 }
 
-fn merge_level(into: &mut Level, from: Level) -> Result<(), String> {
+fn merge_level(into: &mut Level, from: Level) -> Result<(), DuplicateKey> {
     for (_, rules) in from.keys {
         for rule in rules
             .exact

@@ -5,6 +5,7 @@
 //! so a bad file never replaces a good config.
 
 mod compile;
+mod error;
 mod load;
 mod raw;
 mod reload;
@@ -15,9 +16,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 pub use compile::compile_file;
-pub use load::{compile_sources, load_path, read_sources, ConfigError, FileSelection, LoadOptions};
-pub use reload::{ReloadStatus, Reloader};
-pub use usage::UsageDomains;
+pub use error::{ConfigError, ConfigProblem, DuplicateKey, LeaseError, LimitError, RuleError};
+pub use load::{compile_sources, load_path, read_sources, FileSelection, LoadOptions};
+pub use reload::{ReloadError, ReloadStatus, Reloader};
+pub use usage::{UsageDomains, UsageDomainsError};
 
 use crate::limit::Limit;
 
@@ -191,8 +193,8 @@ impl Level {
         out
     }
 
-    /// Adds a rule; on a duplicate returns its composite key.
-    fn insert(&mut self, rule: Rule) -> Result<(), String> {
+    /// Adds a rule; a duplicate is refused with its composite key.
+    fn insert(&mut self, rule: Rule) -> Result<(), DuplicateKey> {
         let rules = self.keys.entry(rule.key.clone()).or_default();
         let taken = match &rule.pattern {
             Pattern::Exact(v) => rules.exact.contains_key(v),
@@ -200,7 +202,7 @@ impl Level {
             Pattern::Any => rules.any.is_some(),
         };
         if taken {
-            return Err(rule.full_key);
+            return Err(DuplicateKey(rule.full_key));
         }
         match &rule.pattern {
             Pattern::Exact(v) => {

@@ -6,7 +6,8 @@ use serde::de::{Error, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::compile::window_us;
-use crate::limit::{Algorithm, Unit, ALGORITHM_NAMES, UNIT_NAMES};
+use super::LimitError;
+use crate::limit::{Algorithm, Unit};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,7 +102,7 @@ fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
 /// An optional scalar's text, checked by `check`.
 fn as_written<'de, D: Deserializer<'de>>(
     d: D,
-    check: impl FnOnce(String) -> Result<String, String>,
+    check: impl FnOnce(String) -> Result<String, LimitError>,
 ) -> Result<Option<String>, D::Error> {
     d.deserialize_option(Optional(Scalar(check)))
 }
@@ -110,9 +111,7 @@ fn as_written<'de, D: Deserializer<'de>>(
 fn unit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     as_written(d, |s: String| match Unit::parse(&s) {
         Some(_) => Ok(s),
-        None => Err(format!(
-            "invalid rate limit unit '{s}'; expected {UNIT_NAMES}"
-        )),
+        None => Err(LimitError::Unit(s)),
     })
 }
 
@@ -120,9 +119,7 @@ fn unit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
 fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     as_written(d, |s: String| match Algorithm::parse(&s) {
         Some(_) => Ok(s),
-        None => Err(format!(
-            "invalid algorithm '{s}'; expected {ALGORITHM_NAMES}"
-        )),
+        None => Err(LimitError::Algorithm(s)),
     })
 }
 
@@ -134,7 +131,7 @@ fn window<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
 /// A scalar that may be absent (a plain null); present, it is read by the inner visitor.
 struct Optional<V>(V);
 
-impl<'de, F: FnOnce(String) -> Result<String, String>> Visitor<'de> for Optional<Scalar<F>> {
+impl<'de, F: FnOnce(String) -> Result<String, LimitError>> Visitor<'de> for Optional<Scalar<F>> {
     type Value = Option<String>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -158,7 +155,7 @@ impl<'de, F: FnOnce(String) -> Result<String, String>> Visitor<'de> for Optional
 /// while the scalar is being read, so the YAML parser gives them that scalar's line.
 struct Scalar<F>(F);
 
-impl<'de, F: FnOnce(String) -> Result<String, String>> Visitor<'de> for Scalar<F> {
+impl<'de, F: FnOnce(String) -> Result<String, LimitError>> Visitor<'de> for Scalar<F> {
     type Value = Option<String>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {

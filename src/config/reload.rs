@@ -13,14 +13,28 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use super::{compile_sources, read_sources, Config, LoadOptions};
+use super::{compile_sources, read_sources, Config, ConfigError, LoadOptions};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+
+/// Why a reload was rejected.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReloadError {
+    /// The files could not be read or compiled.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The new files declare no domain while the running config has some.
+    #[error(
+        "no domain found in {}; the running config's limits stay (restart to run without any)",
+        .0.display()
+    )]
+    EveryDomainGone(PathBuf),
+}
 
 /// What the reloader last did, for `/rlconfig` and metrics.
 pub struct ReloadStatus {
     generation: AtomicU64,
-    last_error: Mutex<Option<String>>,
+    last_error: Mutex<Option<ReloadError>>,
     metrics: Arc<Metrics>,
 }
 
@@ -45,11 +59,11 @@ impl ReloadStatus {
 
     /// Why the last attempt was rejected; `None` when it was applied.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error.lock().clone()
+        self.last_error.lock().as_ref().map(ToString::to_string)
     }
 
-    /// Records one attempt; a rejection is logged once until the error changes.
-    fn record(&self, result: Result<(), String>) {
+    /// Records one attempt; a rejection is logged once until its message changes.
+    fn record(&self, result: Result<(), ReloadError>) {
         self.metrics.config_reload(result.is_ok());
         if result.is_ok() {
             let now = SystemTime::now()
@@ -59,7 +73,11 @@ impl ReloadStatus {
         }
         let mut last = self.last_error.lock();
         let new = result.err();
-        if let Some(error) = new.as_ref().filter(|e| last.as_ref() != Some(*e)) {
+        let message = |e: Option<&ReloadError>| e.map(ToString::to_string);
+        if let Some(error) = new
+            .as_ref()
+            .filter(|e| message(last.as_ref()) != message(Some(e)))
+        {
             tracing::error!(%error, "config rejected; keeping the running config");
         }
         *last = new;
@@ -80,7 +98,7 @@ impl Reloader {
     /// Runs until shutdown. `current` is the text the running config was built from.
     pub async fn run(self, mut current: Vec<(String, String)>, shutdown: Shutdown) {
         // Why `current` was rejected, when it is not the running config's text.
-        let mut rejected: Option<String> = None;
+        let mut rejected: Option<ReloadError> = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.every) => {}
@@ -89,7 +107,7 @@ impl Reloader {
             let sources = match read_sources(&self.path, self.load.files) {
                 Ok(s) => s,
                 Err(e) => {
-                    self.status.record(Err(e.to_string()));
+                    self.status.record(Err(e.into()));
                     continue;
                 }
             };
@@ -105,16 +123,12 @@ impl Reloader {
                 }
                 continue;
             }
-            let compiled = compile_sources(&sources, &self.load).map_err(|e| e.to_string());
+            let compiled = compile_sources(&sources, &self.load).map_err(ReloadError::from);
             let compiled = compiled.and_then(|c| {
                 // Every domain gone at once is a deploy caught halfway (a directory emptied
                 // before its new files arrive) far more often than a wish: keep the limits.
                 if c.domains.is_empty() && !self.config.load().domains.is_empty() {
-                    Err(format!(
-                        "no domain found in {}; the running config's limits stay (restart to \
-                         run without any)",
-                        self.path.display()
-                    ))
+                    Err(ReloadError::EveryDomainGone(self.path.clone()))
                 } else {
                     Ok(c)
                 }

@@ -16,6 +16,11 @@ use std::sync::Arc;
 
 use super::Pattern;
 
+/// A `--usage-domains` list with an empty pattern in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' has an empty domain pattern; expected GLOB,GLOB,… like llm-tokens,usage-*")]
+pub struct UsageDomainsError(pub String);
+
 /// The domains named by `--usage-domains`: patterns with `*` standing for any run of
 /// characters, as in a rule's `value`.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -28,14 +33,12 @@ impl UsageDomains {
     /// `GLOB,GLOB,…` (spaces around a pattern ignored). An empty pattern is an error, so a
     /// stray comma never silently means nothing (and `*` has to be written to mean every
     /// domain).
-    pub fn parse(text: &str) -> Result<UsageDomains, String> {
+    pub fn parse(text: &str) -> Result<UsageDomains, UsageDomainsError> {
         let mut patterns = Vec::new();
         for part in text.split(',') {
             let glob = part.trim();
             if glob.is_empty() {
-                return Err(format!(
-                    "'{text}' has an empty domain pattern; expected GLOB,GLOB,… like llm-tokens,usage-*"
-                ));
+                return Err(UsageDomainsError(text.to_string()));
             }
             patterns.push(Pattern::parse(glob));
         }
@@ -81,7 +84,7 @@ mod tests {
     #[test]
     fn an_empty_pattern_is_an_error() {
         for bad in ["", " ", "a,,b", "a,", ",a"] {
-            let err = UsageDomains::parse(bad).expect_err(bad);
+            let err = UsageDomains::parse(bad).expect_err(bad).to_string();
             assert!(err.contains("empty domain pattern"), "{bad}: {err}");
         }
     }

@@ -498,7 +498,7 @@ fn bad_files_are_rejected_with_an_actionable_error() {
         if err.file != "limits.yaml"
             || err.line != case.line
             || !shown.starts_with(&prefix)
-            || !err.message.contains(case.want)
+            || !err.problem.to_string().contains(case.want)
         {
             failures.push(format!(
                 "{}: got {shown:?} (line {:?}), want prefix {prefix:?} and {:?}",
@@ -919,7 +919,7 @@ fn directory_errors_name_the_file() {
             Err(e) => {
                 if e.file != want_file
                     || !e.to_string().starts_with(&want_file)
-                    || !e.message.contains(case.want)
+                    || !e.problem.to_string().contains(case.want)
                 {
                     failures.push(format!("{}: got {e}", case.name));
                 }

@@ -1,7 +1,9 @@
 //! The code keeps one idea per file: no source file under `src/` is over 600 lines (the Redis
 //! store grew to 944 in one file before it was split; this keeps later work from regrowing it).
 //! And one vocabulary: the arithmetic (`src/algorithm/`) sits below the plan and the decision,
-//! and no two types in `src/` share a name.
+//! and no two types in `src/` share a name. And errors are types: no `Result<_, String>` under
+//! `src/` (an enum per concern, its variants holding what the message needs, as
+//! `src/config/error.rs` does).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -132,5 +134,28 @@ fn no_two_types_share_a_name() {
     assert!(
         shared.is_empty(),
         "one name per type: rename one of each {shared:?}"
+    );
+}
+
+#[test]
+fn no_error_is_a_string() {
+    // `Result<.*, *String>`, as `git grep -nE` reads it.
+    let string_error = regex::Regex::new(r"Result<.*, *String>").expect("a regex");
+    let found: Vec<String> = src("")
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).expect("a source file");
+            text.lines()
+                .enumerate()
+                .filter(|(_, line)| string_error.is_match(line))
+                .map(|(i, line)| format!("{}:{}: {}", f.display(), i + 1, line.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "Result<_, String> in src/: give the error a type (thiserror), as src/config/error.rs \
+         does:\n{}",
+        found.join("\n")
     );
 }

@@ -12,6 +12,9 @@ use crate::store::StoreError;
 /// Options that cannot make a Redis store: the URL, TLS files, or a flag that needs another.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
+    /// The URL does not parse (the message never quotes a password).
+    #[error(transparent)]
+    BadUrl(#[from] super::url::UrlError),
     /// The URL (the message never quotes a password).
     #[error("{0}")]
     Url(String),

@@ -41,6 +41,7 @@ use self::lease::Leases;
 use self::local_cache::LocalCache;
 use self::migration::Migrations;
 use self::script::Script;
+pub use self::url::UrlError;
 use super::{ChargeOutcome, Store, StoreError};
 use crate::algorithm::Mode;
 use crate::clock::Clock;

@@ -4,28 +4,48 @@
 //! `redis-sentinel://h:p[,h:p…]/service[/db][?sentinelUsername=u&sentinelPassword=p]` and
 //! `redis+unix:///path/to/redis.sock`. Errors never quote the password.
 
-use fred::prelude::Config;
+use fred::prelude::{Config, ErrorKind};
 
 use super::error::ConnectError;
 
-/// Turns tollgate's URL forms into fred's.
-pub fn fred_config(url: &str) -> Result<Config, ConnectError> {
-    parse(url).map_err(ConnectError::Url)
+/// A Redis URL tollgate cannot use. No variant holds the URL or fred's error, whose message
+/// may quote it: the password never leaves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error(
+        "redis URL must start with redis://, rediss://, redis-cluster://, redis-sentinel:// or redis+unix://"
+    )]
+    NoScheme,
+    #[error("unsupported redis URL scheme '{0}'")]
+    Scheme(String),
+    #[error("only redis-sentinel:// URLs take a ?query")]
+    Query,
+    #[error("redis URL names no host")]
+    NoHost,
+    #[error(
+        "redis-sentinel:// URL needs the service name: redis-sentinel://host:port[,host:port]/service[/db]"
+    )]
+    NoService,
+    /// fred refused the URL; only the kind of its error is kept.
+    #[error("invalid redis URL ({0:?})")]
+    Invalid(ErrorKind),
 }
 
-fn parse(url: &str) -> Result<Config, String> {
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
-        "redis URL must start with redis://, rediss://, redis-cluster://, redis-sentinel:// or redis+unix://"
-            .to_string()
-    })?;
+/// Turns tollgate's URL forms into fred's.
+pub fn fred_config(url: &str) -> Result<Config, ConnectError> {
+    Ok(parse(url)?)
+}
+
+fn parse(url: &str) -> Result<Config, UrlError> {
+    let (scheme, rest) = url.split_once("://").ok_or(UrlError::NoScheme)?;
+    let invalid = |e: fred::error::Error| UrlError::Invalid(e.kind().clone());
     if scheme == "redis+unix" {
-        return Config::from_url_unix(url)
-            .map_err(|e| format!("invalid redis URL ({:?})", e.kind()));
+        return Config::from_url_unix(url).map_err(invalid);
     }
     // Only sentinel URLs take a query (the sentinels' own credentials).
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) if scheme.ends_with("-sentinel") => (r, Some(q)),
-        Some(_) => return Err("only redis-sentinel:// URLs take a ?query".into()),
+        Some(_) => return Err(UrlError::Query),
         None => (rest, None),
     };
     let (auth, rest) = match rest.rsplit_once('@') {
@@ -37,7 +57,7 @@ fn parse(url: &str) -> Result<Config, String> {
         None => (rest, ""),
     };
     let mut hosts = hosts.split(',').filter(|h| !h.is_empty());
-    let first = hosts.next().ok_or("redis URL names no host")?;
+    let first = hosts.next().ok_or(UrlError::NoHost)?;
     let others: Vec<String> = hosts.map(|h| format!("node={h}")).collect();
     let fred_url = match scheme {
         "redis" | "rediss" => format!("{scheme}://{auth}{first}/{path}"),
@@ -55,17 +75,17 @@ fn parse(url: &str) -> Result<Config, String> {
                 None => (path, ""),
             };
             if service.is_empty() {
-                return Err("redis-sentinel:// URL needs the service name: redis-sentinel://host:port[,host:port]/service[/db]".into());
+                return Err(UrlError::NoService);
             }
             let mut q = vec![format!("sentinelServiceName={service}")];
             q.extend(others);
             q.extend(query.map(str::to_string));
             format!("{scheme}://{auth}{first}/{db}?{}", q.join("&"))
         }
-        other => return Err(format!("unsupported redis URL scheme '{other}'")),
+        other => return Err(UrlError::Scheme(other.to_string())),
     };
     // fred's messages may quote the URL; ours never carries the password out.
-    Config::from_url(&fred_url).map_err(|e| format!("invalid redis URL ({:?})", e.kind()))
+    Config::from_url(&fred_url).map_err(invalid)
 }
 
 /// The URL's first host (`host:port`), for messages: never the user or password.

@@ -1,0 +1,170 @@
+//! What can be wrong with a config, as types: [`ConfigError`] names the file (and the line,
+//! when the YAML parser knows it) and holds a [`ConfigProblem`]; a rule's problems are
+//! [`RuleError`]s, a limit's [`LimitError`]s. Error wording follows envoyproxy/ratelimit where
+//! it has one; a rule's problem names its composite key (`domain.key_value.key2`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::limit::{ALGORITHM_NAMES, UNIT_NAMES};
+
+/// A config problem a user can act on: which file, where, what.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{file}{}: {problem}", .line.map(|l| format!(": line {l}")).unwrap_or_default())]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    /// What is wrong. Its text ends this error's message, so it is not also this error's
+    /// `source()`: anyhow's `{:#}` would print it (and a YAML error's own wording) twice.
+    pub problem: ConfigProblem,
+}
+
+impl ConfigError {
+    pub fn new(file: &str, line: Option<usize>, problem: impl Into<ConfigProblem>) -> ConfigError {
+        ConfigError {
+            file: file.to_string(),
+            line,
+            problem: problem.into(),
+        }
+    }
+
+    /// A file the YAML parser refused; serde_yaml's line goes into the error's line.
+    pub(super) fn yaml(file: &str, e: serde_yaml::Error) -> ConfigError {
+        let line = e.location().map(|l| l.line());
+        ConfigError::new(file, line, ConfigProblem::Yaml(Arc::new(e)))
+    }
+}
+
+/// What is wrong with a config file or directory.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConfigProblem {
+    /// The config path itself.
+    #[error("cannot read config: {0}")]
+    Unreadable(#[source] Arc<std::io::Error>),
+    /// The config directory's entries.
+    #[error("cannot list: {0}")]
+    Unlistable(#[source] Arc<std::io::Error>),
+    /// One file of the config.
+    #[error("cannot read: {0}")]
+    UnreadableFile(#[source] Arc<std::io::Error>),
+    /// Not YAML, or not the config's shape (an unknown key, a value of the wrong type, or a
+    /// value a limit refuses where the parser can name its line).
+    #[error("error loading config file: {}", yaml_message(.0))]
+    Yaml(#[source] Arc<serde_yaml::Error>),
+    #[error("config file cannot have empty domain")]
+    EmptyDomain,
+    #[error("domain '{0}': max_hits must be at least 1 (it is the largest cost one descriptor may carry)")]
+    ZeroMaxHits(String),
+    #[error("duplicate domain '{0}' in config file")]
+    DuplicateDomain(String),
+    /// Merged files (`--merge-domains`) that disagree on the domain's own settings.
+    #[error(
+        "domain '{0}' is declared again with different disabled / allow_overrides / max_hits; \
+         give them in one file, or the same in every file"
+    )]
+    PolicyMismatch(String),
+    #[error(transparent)]
+    Rule(#[from] RuleError),
+}
+
+/// serde_yaml's message in the config's words: without its " at line N column M" (the line is
+/// reported separately), and with keys called keys.
+fn yaml_message(e: &serde_yaml::Error) -> String {
+    let text = e.to_string();
+    let message = match text.find(" at line ") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    message
+        .replacen("unknown field `", "unknown key `", 1)
+        .replacen("missing field `", "missing key `", 1)
+}
+
+/// A descriptor rule that cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    #[error("'{parent}': descriptor has empty key")]
+    EmptyKey { parent: String },
+    #[error(
+        "share_threshold can only be used with wildcard values (containing '*'), but found key '{0}'"
+    )]
+    ShareThresholdNeedsWildcard(String),
+    #[error("'{full_key}': {problem}")]
+    Limit {
+        full_key: String,
+        #[source]
+        problem: LimitError,
+    },
+    #[error("'{0}': should not specify rate limit unit when unlimited")]
+    UnlimitedWithUnit(String),
+    #[error("'{0}': an unlimited rate limit cannot be combined with other limits")]
+    UnlimitedWithOthers(String),
+    #[error(
+        "'{0}': lease: a rule with more than one shared limit cannot lease them (one script call decides them together); give the leased limit a rule of its own"
+    )]
+    LeaseWithSeveralShared(String),
+    #[error("'{0}': metadata must be a map with string keys")]
+    Metadata(String),
+    #[error(transparent)]
+    Duplicate(#[from] DuplicateKey),
+}
+
+/// A rule whose composite key another rule of the same level already has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("duplicate descriptor composite key '{0}'")]
+pub struct DuplicateKey(pub String);
+
+/// A `rate_limit` entry that cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("should not have an empty replaces entry")]
+    EmptyReplaces,
+    #[error("replaces should not contain name of same descriptor")]
+    ReplacesItself,
+    #[error("invalid rate limit unit '{0}'; expected {UNIT_NAMES}")]
+    Unit(String),
+    #[error("invalid algorithm '{0}'; expected {ALGORITHM_NAMES}")]
+    Algorithm(String),
+    #[error("invalid window '{0}': the longest window is 3650d (ten years)")]
+    WindowTooLong(String),
+    #[error(
+        "invalid window '{0}': expected a positive whole number of milliseconds, like 500ms, 90s, 5m, 1h30m or 1d"
+    )]
+    Window(String),
+    #[error("burst must be at least 1")]
+    ZeroBurst,
+    #[error("burst is only valid with algorithm token_bucket")]
+    BurstWithoutTokenBucket,
+    #[error("a token_bucket limit needs requests_per_unit of at least 1")]
+    TokenBucketWithoutLimit,
+    #[error(
+        "token_bucket with burst {burst}, requests_per_unit {limit} and a {} window is too large to compute exactly: keep 101 × burst × max(requests_per_unit, window in µs / requests_per_unit) under 2^52, or use fixed_window or sliding_window",
+        crate::duration::format(*.window)
+    )]
+    TokenBucketTooLarge {
+        burst: u64,
+        limit: u64,
+        window: Duration,
+    },
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    /// A lease a usage domain (`--usage-domains`) makes impossible: its limits are overdraft
+    /// limits.
+    #[error("{0} (every limit of a usage domain, --usage-domains, is an overdraft limit)")]
+    LeaseInUsageDomain(#[source] LeaseError),
+}
+
+/// A `lease` a limit cannot have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    #[error("lease is only valid on a shared limit (shared: true)")]
+    NotShared,
+    #[error(
+        "lease needs algorithm fixed_window: leased units expire with the window they were charged in"
+    )]
+    NotFixedWindow,
+    #[error("lease cannot be combined with overdraft")]
+    Overdraft,
+    #[error("lease must be from 1 to requests_per_unit ({limit}), found {lease}")]
+    OutOfRange { lease: u64, limit: u64 },
+}
