@@ -1,13 +1,23 @@
 //! Compiles the Envoy rate limit protos with `protox` (pure Rust), so building
-//! tollgate never needs a system `protoc`.
+//! tollgate never needs a system `protoc`. The descriptor set is also written to `OUT_DIR` for
+//! `prost-reflect`, which maps the messages to and from proto3 JSON (`src/json.rs`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = ["proto/envoy/service/ratelimit/v3/rls.proto"];
     println!("cargo:rerun-if-changed=proto");
-    let descriptors = protox::compile(files, ["proto"])?;
+    let mut compiler = protox::Compiler::new(["proto"])?;
+    compiler
+        .include_source_info(true)
+        .include_imports(true)
+        .open_files(files)?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("rls_descriptors.bin"),
+        compiler.encode_file_descriptor_set(),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
-        .compile_fds(descriptors)?;
+        .compile_fds(compiler.file_descriptor_set())?;
     Ok(())
 }

@@ -356,17 +356,13 @@ pub struct QueryArgs {
     pub json: bool,
 }
 
-/// `N`, `NKiB`, `NMiB` or `NGiB` bytes.
+/// A size as the `bytesize` crate reads it: `67108864`, `512KiB`, `64MiB`, `1GiB`, or in
+/// decimal units `64MB`; more than 0.
 pub fn parse_bytes(text: &str) -> Result<usize, FlagValueError> {
-    let t = text.trim();
-    let (digits, factor) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
-        .iter()
-        .find_map(|(suffix, f)| t.strip_suffix(suffix).map(|d| (d, *f)))
-        .unwrap_or((t, 1));
-    digits
-        .parse::<usize>()
+    text.trim()
+        .parse::<bytesize::ByteSize>()
         .ok()
-        .and_then(|n| n.checked_mul(factor))
+        .and_then(|size| usize::try_from(size.as_u64()).ok())
         .filter(|&n| n > 0)
         .ok_or_else(|| FlagValueError::Size(text.to_string()))
 }
@@ -381,7 +377,8 @@ mod tests {
         assert_eq!(parse_bytes("512KiB"), Ok(512 << 10));
         assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
         assert_eq!(parse_bytes("1000"), Ok(1000));
-        for bad in ["", "0", "64MB", "-1", "lots"] {
+        assert_eq!(parse_bytes("64MB"), Ok(64_000_000));
+        for bad in ["", "0", "0MiB", "-1", "lots", "64 parsecs"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
     }
