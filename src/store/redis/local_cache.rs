@@ -5,14 +5,19 @@
 //! changed limit or a request override never reads a stale entry. A cached denial is re-checked
 //! with the store at least every [`RECHECK_US`]: it can rest on another request's charge that is
 //! about to be refunded, and must not outlive it by a whole window. Bounded and cheap under
-//! a flood of distinct exhausted keys: entries live in shards, each a map plus its keys in
-//! insertion order; a full shard drops its oldest entries first, O(1) amortised per insert.
+//! a flood of distinct exhausted keys: the entries live in a [`quick_cache`] cache, which
+//! evicts on insert (S3-FIFO) once it holds about its capacity.
+//!
+//! Why the crate and not our own sharded map: it is faster on every request's lookup. With
+//! 100,000 entries and 44-byte keys (`cargo bench --bench local_cache -- --warm-up-time 1
+//! --measurement-time 3`, BENCHMARKS.md), a miss took 31 ns against 52 ns for the 16 mutexed
+//! `HashMap` + FIFO-queue shards this module held before, a hit 59 ns against 73 ns, and an
+//! insert that evicts 295 ns against 357 ns, both keyed with SipHash.
 
 use std::collections::hash_map::RandomState;
-use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasher;
 
-use parking_lot::Mutex;
+use quick_cache::sync::{Cache, DefaultLifecycle};
+use quick_cache::UnitWeighter;
 
 use crate::algorithm::check_cost;
 use crate::decision::ChargeOutcome;
@@ -23,21 +28,15 @@ use crate::store::placement::{Placed, PlacedCharge};
 /// Longest time a cached denial is trusted without asking the store again.
 pub const RECHECK_US: u64 = 1_000_000;
 
-const SHARDS: usize = 16;
+/// Keys hash with the standard library's SipHash, randomly keyed: they carry request values,
+/// so a flood of chosen keys must not collide (quick_cache's default hasher is faster and
+/// weaker).
+type Entries = Cache<String, (LimitParams, u64, u64), UnitWeighter, RandomState>;
 
 pub struct LocalCache {
-    /// Entries per shard; 0 disables the cache.
-    per_shard: usize,
-    shards: Box<[Mutex<CacheShard>]>,
-    hasher: RandomState,
-}
-
-#[derive(Default)]
-struct CacheShard {
-    /// key → (parameters, re-check with the store after, exhausted until).
-    entries: HashMap<String, (LimitParams, u64, u64)>,
-    /// Keys in insertion order (a key re-inserted appears again; stale ones are skipped).
-    order: VecDeque<String>,
+    /// key → (parameters, re-check with the store after, exhausted until); `None` when the
+    /// capacity is 0 (the cache is disabled).
+    entries: Option<Entries>,
 }
 
 /// What the cache knows about a request.
@@ -76,20 +75,20 @@ fn answers_for(spec: &PlacedCharge<'_>, need: u64) -> bool {
 impl LocalCache {
     pub fn new(capacity: usize) -> LocalCache {
         LocalCache {
-            per_shard: capacity.div_ceil(SHARDS),
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(CacheShard::default()))
-                .collect(),
-            hasher: RandomState::new(),
+            entries: (capacity > 0).then(|| {
+                Cache::with(
+                    capacity,
+                    capacity as u64,
+                    UnitWeighter,
+                    RandomState::new(),
+                    DefaultLifecycle::default(),
+                )
+            }),
         }
     }
 
     pub fn enabled(&self) -> bool {
-        self.per_shard > 0
-    }
-
-    fn shard(&self, key: &str) -> &Mutex<CacheShard> {
-        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
+        self.entries.is_some()
     }
 
     /// What the cache knows about `placed` at `now`.
@@ -142,50 +141,33 @@ impl LocalCache {
 
     /// `Some(until)` when `key` with these parameters is known exhausted until then, and the
     /// entry is not yet due for a re-check.
-    fn exhausted_until(&self, key: &str, params: &LimitParams, now: u64) -> Option<u64> {
-        let shard = self.shard(key).lock();
-        match shard.entries.get(key) {
-            Some((p, recheck, until)) if p == params && *recheck > now => Some(*until),
+    #[doc(hidden)] // `pub` for benches/local_cache.rs.
+    pub fn exhausted_until(&self, key: &str, params: &LimitParams, now: u64) -> Option<u64> {
+        match self.entries.as_ref()?.get(key) {
+            Some((p, recheck, until)) if p == *params && recheck > now => Some(until),
             _ => None,
         }
     }
 
     /// Remembers `key` exhausted until `until`, trusted without the store until `recheck`.
-    fn insert(&self, key: &str, params: &LimitParams, recheck: u64, until: u64) {
-        let mut shard = self.shard(key).lock();
-        let shard = &mut *shard;
-        let value = (*params, recheck.min(until), until);
-        if let Some(entry) = shard.entries.get_mut(key) {
-            *entry = value;
-            return;
-        }
-        while shard.entries.len() >= self.per_shard {
-            match shard.order.pop_front() {
-                Some(oldest) => {
-                    shard.entries.remove(&oldest);
-                }
-                None => break,
-            }
-        }
-        shard.entries.insert(key.to_string(), value);
-        shard.order.push_back(key.to_string());
-        // Re-inserted keys leave stale copies behind; rebuilding now and then keeps the
-        // queue's length bounded (amortised O(1)).
-        if shard.order.len() > 2 * self.per_shard {
-            let live = &shard.entries;
-            shard.order.retain(|k| live.contains_key(k));
+    #[doc(hidden)] // `pub` for benches/local_cache.rs.
+    pub fn insert(&self, key: &str, params: &LimitParams, recheck: u64, until: u64) {
+        if let Some(entries) = &self.entries {
+            entries.insert(key.to_string(), (*params, recheck.min(until), until));
         }
     }
 
     /// Drops entries due for a re-check.
     pub fn sweep(&self, now: u64) {
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock();
-            let shard = &mut *shard;
-            shard.entries.retain(|_, (_, r, _)| *r > now);
-            let live = &shard.entries;
-            shard.order.retain(|k| live.contains_key(k));
+        if let Some(entries) = &self.entries {
+            entries.retain(|_, (_, r, _)| *r > now);
         }
+    }
+
+    /// Entries held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.as_ref().map_or(0, |e| e.len())
     }
 }
 
@@ -205,22 +187,28 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_drops_its_oldest_entries_and_stays_bounded() {
-        let cache = LocalCache::new(SHARDS * 4);
+    fn a_full_cache_drops_entries_and_stays_bounded() {
+        let cache = LocalCache::new(64);
         for i in 0..10_000 {
             cache.insert(&format!("k{i}"), &p(), 100, 200);
         }
-        let held: usize = cache.shards.iter().map(|s| s.lock().entries.len()).sum();
-        assert!(held <= SHARDS * 4, "{held}");
-        let queued: usize = cache.shards.iter().map(|s| s.lock().order.len()).sum();
-        assert!(queued <= SHARDS * 8 + SHARDS, "{queued}");
-        // The newest are kept.
+        assert!(cache.len() <= 64, "{}", cache.len());
+        // The newest is kept (which older ones stay is quick_cache's choice).
         assert_eq!(cache.exhausted_until("k9999", &p(), 50), Some(200));
-        assert_eq!(cache.exhausted_until("k0", &p(), 50), None);
+        // Other parameters: not an answer.
+        let other = LimitParams { limit: 2, ..p() };
+        assert_eq!(cache.exhausted_until("k9999", &other, 50), None);
         // Due for a re-check: not trusted, and swept.
         assert_eq!(cache.exhausted_until("k9999", &p(), 100), None);
         cache.sweep(100);
-        let held: usize = cache.shards.iter().map(|s| s.lock().entries.len()).sum();
-        assert_eq!(held, 0);
+        assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn a_zero_capacity_disables_the_cache() {
+        let cache = LocalCache::new(0);
+        assert!(!cache.enabled());
+        cache.insert("k", &p(), 100, 200);
+        assert_eq!(cache.exhausted_until("k", &p(), 50), None);
     }
 }

@@ -38,7 +38,8 @@ use self::client::Clients;
 pub use self::error::ConnectError;
 use self::health::Health;
 use self::lease::Leases;
-use self::local_cache::LocalCache;
+#[doc(hidden)] // For benches/local_cache.rs; not part of the API.
+pub use self::local_cache::LocalCache;
 use self::migration::Migrations;
 use self::script::Script;
 pub use self::url::UrlError;
