@@ -31,6 +31,7 @@ RUN mkdir -p src benches tollgate-bench/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \
     && echo 'fn main() {}' > benches/decide.rs \
+    && echo 'fn main() {}' > benches/local_cache.rs \
     && echo 'fn main() {}' > tollgate-bench/src/main.rs \
     && echo '' > tollgate-bench/src/lib.rs \
     && cargo build --profile dist --locked -p tollgate --bin tollgate \
