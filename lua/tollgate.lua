@@ -515,13 +515,11 @@ build = function()
     local c = { key = KEYS[KO + ki], alg = alg, window = window, overdraft = overdraft,
       added = 0, used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0, s = false,
       after = false, need = 0, commit = false }
-    if alg == FIXED_WINDOW then
-      c.used, c.stop = fixed_read(c.key)
-    elseif alg == SLIDING_WINDOW then
-      c.used, c.head, c.len, c.lt, c.lc = sliding_read(c.key, window)
-    else
+    if alg == TOKEN_BUCKET then
       c.s = tb.read(c)
       c.after = c.s
+    else
+      c.used, c.stop, c.head, c.len, c.lt, c.lc = window_read(c.key, alg, window)
     end
     return c
   end
