@@ -3,7 +3,12 @@
 //! `prost-reflect`, which maps the messages to and from proto3 JSON (`src/json.rs`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/envoy/service/ratelimit/v3/rls.proto"];
+    let files = [
+        "proto/envoy/service/ratelimit/v3/rls.proto",
+        // The xDS config client (`src/config/xds/`): ADS and the rate limit config resource.
+        "proto/envoy/service/discovery/v3/discovery.proto",
+        "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",
+    ];
     println!("cargo:rerun-if-changed=proto");
     let mut compiler = protox::Compiler::new(["proto"])?;
     compiler

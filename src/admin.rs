@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::config::xds::XdsState;
 use crate::config::{Config, ReloadStatus};
 use crate::json::{parse_request, render_response};
 use crate::pb::rls::rate_limit_response::Code;
@@ -24,6 +25,10 @@ pub struct AdminState<S> {
     pub reload_status: Arc<ReloadStatus>,
     /// Readiness as the health task last saw it.
     pub ready: Arc<AtomicBool>,
+    /// Readiness also needs a config with at least one domain.
+    pub ready_needs_config: bool,
+    /// The xDS server and what it last sent, when the config comes over xDS.
+    pub xds: Option<(String, Arc<XdsState>)>,
 }
 
 /// The admin routes; `POST /json` (it charges real counters with caller-chosen hits) only
@@ -72,9 +77,13 @@ async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
         };
         (StatusCode::OK, body).into_response()
     } else {
-        let reason = store
-            .reason()
-            .map_or_else(|| "shutting down".to_string(), |r| r.to_string());
+        let reason = match store.reason() {
+            Some(r) => r.to_string(),
+            None if st.ready_needs_config && st.config.load().domains.is_empty() => {
+                "no config with a domain loaded yet (--ready-needs-config)".to_string()
+            }
+            None => "shutting down".to_string(),
+        };
         (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("NOT READY: {reason}\n"),
@@ -102,6 +111,11 @@ async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
         "x-tollgate-config-generation",
         status.generation().to_string(),
     )];
+    if let Some((server, xds)) = &st.xds {
+        headers.push(("x-tollgate-config-source", format!("xds {server}")));
+        let version = xds.version().unwrap_or_else(|| "none yet".into());
+        headers.push(("x-tollgate-config-version", version));
+    }
     if let Some(error) = status.last_error() {
         // Header values must be visible ASCII; the error text goes in as such.
         let clean: String = error

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{FileSelection, UsageDomains};
+use crate::config::{xds, FileSelection, UsageDomains};
 use crate::duration;
 use crate::settings::FailureMode;
 use crate::telemetry::LogFormat;
@@ -47,9 +47,21 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Config file, or directory of YAML files (envoyproxy/ratelimit format).
-    #[arg(long, env = "TOLLGATE_CONFIG")]
-    pub config: PathBuf,
+    /// Config file, or directory of YAML files (envoyproxy/ratelimit format). Or, instead,
+    /// --config-xds.
+    #[arg(
+        long,
+        env = "TOLLGATE_CONFIG",
+        required_unless_present = "config_xds",
+        conflicts_with = "config_xds"
+    )]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub xds: XdsArgs,
+    /// Readiness also needs a config with at least one domain (envoyproxy/ratelimit's
+    /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+    #[arg(long, env = "TOLLGATE_READY_NEEDS_CONFIG")]
+    pub ready_needs_config: bool,
     /// gRPC listen address (ShouldRateLimit and grpc.health.v1). `[::]` is dual-stack and
     /// falls back to 0.0.0.0 where the host has no IPv6.
     #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "[::]:8081")]
@@ -250,6 +262,91 @@ pub struct ServeArgs {
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,
+}
+
+/// The config from an xDS control plane (state of the world), as Envoy Gateway serves it.
+#[derive(Debug, Args)]
+pub struct XdsArgs {
+    /// Read the config from this xDS server instead of files: `host:port` or
+    /// `http://host:port`, `https://host:port` for TLS (Envoy Gateway: its rate limit xDS
+    /// server, `envoy-gateway:18001`, over mutual TLS).
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS")]
+    pub config_xds: Option<String>,
+    /// The node id sent to the xDS server (Envoy Gateway's answers `envoy-ratelimit`).
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_NODE_ID", default_value = "default")]
+    pub config_xds_node_id: String,
+    /// The node's metadata, `k1:v1,k2:v2` (`k1=v1` too).
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_NODE_METADATA", value_parser = xds::parse_pairs)]
+    pub config_xds_node_metadata: Option<xds::Pairs>,
+    /// gRPC metadata sent with the xDS stream, `k1:v1,k2:v2`.
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_HEADERS", value_parser = xds::parse_pairs)]
+    pub config_xds_headers: Option<xds::Pairs>,
+    /// Largest xDS response accepted.
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_MAX_MESSAGE_SIZE", default_value = "4MiB", value_parser = parse_bytes)]
+    pub config_xds_max_message_size: usize,
+    /// The first delay before reconnecting to a lost xDS server; it doubles per attempt.
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_BACKOFF_INITIAL", default_value = "10s", value_parser = duration::parse_positive)]
+    pub config_xds_backoff_initial: Duration,
+    /// The longest delay between reconnect attempts (before jitter).
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_BACKOFF_MAX", default_value = "60s", value_parser = duration::parse_positive)]
+    pub config_xds_backoff_max: Duration,
+    /// With jitter, each delay is drawn from delay × [1 − f, 1 + f].
+    #[arg(
+        long,
+        env = "TOLLGATE_CONFIG_XDS_BACKOFF_RANDOM_FACTOR",
+        default_value_t = 0.5
+    )]
+    pub config_xds_backoff_random_factor: f64,
+    /// Spread reconnect delays at random (`false` turns it off).
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_BACKOFF_JITTER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub config_xds_backoff_jitter: bool,
+    /// https:// xDS server: trust this CA (PEM) instead of the system's roots.
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_CA", requires = "config_xds")]
+    pub config_xds_ca: Option<PathBuf>,
+    /// https:// xDS server: present this client certificate (PEM), mutual TLS.
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_CLIENT_CERT", requires_all = ["config_xds", "config_xds_client_key"])]
+    pub config_xds_client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "TOLLGATE_CONFIG_XDS_CLIENT_KEY",
+        requires = "config_xds_client_cert"
+    )]
+    pub config_xds_client_key: Option<PathBuf>,
+    /// The name the xDS server's certificate must carry (default: the host of --config-xds).
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_SAN", requires = "config_xds")]
+    pub config_xds_san: Option<String>,
+    /// Serve before the first xDS config arrives (unknown domains answer OK meanwhile).
+    /// Without it nothing listens until a config has compiled.
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_START_WITHOUT_CONFIG")]
+    pub config_xds_start_without_config: bool,
+}
+
+impl XdsArgs {
+    /// The xDS options, when `--config-xds` is set.
+    pub fn options(&self) -> Option<xds::XdsOptions> {
+        let server = self.config_xds.clone()?;
+        Some(xds::XdsOptions {
+            node_id: self.config_xds_node_id.clone(),
+            node_metadata: self.config_xds_node_metadata.clone().unwrap_or_default().0,
+            headers: self.config_xds_headers.clone().unwrap_or_default().0,
+            max_message_size: self.config_xds_max_message_size,
+            backoff: xds::Backoff {
+                initial: self.config_xds_backoff_initial,
+                max: self.config_xds_backoff_max,
+                random_factor: self.config_xds_backoff_random_factor,
+                jitter: self.config_xds_backoff_jitter,
+            },
+            ca: self.config_xds_ca.clone(),
+            client_cert: self
+                .config_xds_client_cert
+                .clone()
+                .zip(self.config_xds_client_key.clone()),
+            san: self.config_xds_san.clone(),
+            start_without_config: self.config_xds_start_without_config,
+            ..xds::XdsOptions::new(server)
+        })
+    }
 }
 
 /// A flag value tollgate's own parsers refuse (clap names the flag).

@@ -8,6 +8,7 @@
 //! ones whose silent omission would change answers or security are errors.
 
 mod error;
+mod xds;
 
 use std::ffi::OsString;
 
@@ -46,7 +47,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "USE_DOG_STATSD",
     "USE_DOG_STATSD_MOGRIFIERS",
     "PROMETHEUS_PATH",
-    "PROMETHEUS_MAPPER_YAML",
     "TRACING_ENABLED",
     "TRACING_SERVICE_NAME",
     "TRACING_SERVICE_NAMESPACE",
@@ -54,14 +54,11 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "TRACING_SAMPLING_RATE",
     "TRACING_EXPORTER_PROTOCOL",
     "GRPC_UDS",
-    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
     "DEBUG_LOG_HEADERS",
     "MEMCACHE_HOST_PORT",
     "MEMCACHE_SRV",
     "MEMCACHE_SRV_REFRESH",
     "MEMCACHE_MAX_IDLE_CONNS",
-    "CONFIG_GRPC_XDS_NODE_ID",
-    "CONFIG_GRPC_XDS_SERVER_URL",
 ];
 
 /// Translates the environment `env` into `tollgate serve …` arguments (`argv0` first).
@@ -92,30 +89,16 @@ pub fn translate(
     }
     t.args.push("serve".into());
 
-    // Config: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, every file in it.
-    let root = get("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
-    let mut dir = std::path::PathBuf::from(root);
-    if let Some(sub) = get("RUNTIME_SUBDIRECTORY") {
-        dir.push(sub);
+    match get("CONFIG_TYPE").as_deref() {
+        None | Some("FILE") => runtime_directory(&mut t, &get, &flag_bool)?,
+        Some("GRPC_XDS_SOTW") => xds::translate(&mut t, &get, &flag_bool)?,
+        Some(other) => return Err(CompatError::ConfigType(other.to_string())),
     }
-    dir.push(get("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
-    t.flag("config", &dir.display().to_string());
-    let ignore_dotfiles = flag_bool("RUNTIME_IGNOREDOTFILES")?.unwrap_or(false);
-    t.flag(
-        "config-files",
-        if ignore_dotfiles {
-            "all"
-        } else {
-            "all-with-dotfiles"
-        },
-    );
-    // RUNTIME_WATCH_ROOT chooses what envoyproxy/ratelimit's watcher follows (a symlink swap
-    // of the root, or the directory); tollgate re-reads the directory either way.
-    flag_bool("RUNTIME_WATCH_ROOT")?;
     t.switch("merge-domains", flag_bool("MERGE_DOMAIN_CONFIG")?);
-    if let Some(kind) = get("CONFIG_TYPE").filter(|k| k != "FILE") {
-        return Err(CompatError::ConfigType(kind));
-    }
+    t.switch(
+        "ready-needs-config",
+        flag_bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED")?,
+    );
 
     // Listeners. tollgate's default host is `::` (dual-stack, 0.0.0.0 without IPv6).
     let addr = |host: Option<String>, port: Option<String>, default_port: u16| {
@@ -165,7 +148,11 @@ pub fn translate(
         let need = |name: &'static str| get(name).ok_or(CompatError::TlsNeeds(name));
         t.flag("grpc-tls-cert", &need("GRPC_SERVER_TLS_CERT")?);
         t.flag("grpc-tls-key", &need("GRPC_SERVER_TLS_KEY")?);
-        if let Some(ca) = get("GRPC_CLIENT_TLS_CACERT") {
+        // envoyproxy/ratelimit verifies clients against GRPC_CLIENT_TLS_CACERT only; Envoy
+        // Gateway sets GRPC_SERVER_TLS_CA_CERT (which envoyproxy/ratelimit never reads) to
+        // the CA that signed its proxies' client certificate, which they always present:
+        // tollgate verifies them against it.
+        if let Some(ca) = get("GRPC_CLIENT_TLS_CACERT").or_else(|| get("GRPC_SERVER_TLS_CA_CERT")) {
             t.flag("grpc-client-ca", &ca);
         }
         if get("GRPC_CLIENT_TLS_SAN").is_some() {
@@ -240,6 +227,19 @@ pub fn translate(
         t.flag("local-cache-size", &(bytes / 128).to_string());
     }
 
+    if let Some(mapper) = get("PROMETHEUS_MAPPER_YAML") {
+        // Envoy Gateway mounts its mapping ConfigMap `optional: true`: a missing file is normal.
+        if std::path::Path::new(&mapper).exists() {
+            t.notes.push(format!(
+                "PROMETHEUS_MAPPER_YAML={mapper}: tollgate does not read statsd mapping files \
+                 yet; its metrics keep their tollgate_* names"
+            ));
+        } else {
+            t.notes.push(format!(
+                "PROMETHEUS_MAPPER_YAML={mapper}: no such file; the default metric names apply"
+            ));
+        }
+    }
     let unused: Vec<&str> = NOT_IMPLEMENTED
         .iter()
         .copied()
@@ -257,7 +257,34 @@ pub fn translate(
     })
 }
 
-struct Builder<'e> {
+pub(crate) type Get<'a> = dyn Fn(&str) -> Option<String> + 'a;
+pub(crate) type GetBool<'a> = dyn Fn(&str) -> Result<Option<bool>, CompatError> + 'a;
+
+/// `CONFIG_TYPE=FILE`: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, every file in it.
+fn runtime_directory(t: &mut Builder, get: &Get, flag_bool: &GetBool) -> Result<(), CompatError> {
+    let root = get("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
+    let mut dir = std::path::PathBuf::from(root);
+    if let Some(sub) = get("RUNTIME_SUBDIRECTORY") {
+        dir.push(sub);
+    }
+    dir.push(get("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+    t.flag("config", &dir.display().to_string());
+    let ignore_dotfiles = flag_bool("RUNTIME_IGNOREDOTFILES")?.unwrap_or(false);
+    t.flag(
+        "config-files",
+        if ignore_dotfiles {
+            "all"
+        } else {
+            "all-with-dotfiles"
+        },
+    );
+    // RUNTIME_WATCH_ROOT chooses what envoyproxy/ratelimit's watcher follows (a symlink swap
+    // of the root, or the directory); tollgate re-reads the directory either way.
+    flag_bool("RUNTIME_WATCH_ROOT")?;
+    Ok(())
+}
+
+pub(crate) struct Builder<'e> {
     env: &'e dyn Fn(&str) -> Option<String>,
     args: Vec<OsString>,
     notes: Vec<String>,
@@ -265,14 +292,14 @@ struct Builder<'e> {
 
 impl Builder<'_> {
     /// `--flag value`, unless `TOLLGATE_<FLAG>` is set (it wins).
-    fn flag(&mut self, flag: &str, value: &str) {
+    pub(crate) fn flag(&mut self, flag: &str, value: &str) {
         if !self.overridden(flag) {
             self.args.push(format!("--{flag}={value}").into());
         }
     }
 
     /// `--flag` for `Some(true)`.
-    fn switch(&mut self, flag: &str, on: Option<bool>) {
+    pub(crate) fn switch(&mut self, flag: &str, on: Option<bool>) {
         if on == Some(true) && !self.overridden(flag) {
             self.args.push(format!("--{flag}").into());
         }

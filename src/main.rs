@@ -11,7 +11,7 @@ use tollgate::compat;
 use tollgate::config::{load_path, LoadOptions};
 use tollgate::metrics::Metrics;
 use tollgate::query;
-use tollgate::server::{self, ServerOptions};
+use tollgate::server::{self, ConfigSource, ServerOptions};
 use tollgate::settings::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
@@ -182,7 +182,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     client_ca: args.grpc_client_ca.clone(),
                 }),
         },
-        config_path: args.config.clone(),
+        config: match (&args.config, args.xds.options()) {
+            (_, Some(xds)) => ConfigSource::Xds(Box::new(xds)),
+            (Some(path), None) => ConfigSource::Files(path.clone()),
+            (None, None) => anyhow::bail!("--config or --config-xds is required"),
+        },
+        ready_needs_config: args.ready_needs_config,
         load: LoadOptions {
             merge_domains: args.merge_domains,
             files: args.config_files,

@@ -145,6 +145,11 @@ struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     policy: String,
     /// timeout, connection, script or not_run (`StoreError`'s cause).
@@ -191,6 +196,12 @@ pub struct Metrics {
     pub ready: Gauge,
     config_reloads: Family<ResultLabels, Counter>,
     pub config_last_reload_success: Gauge<f64, AtomicU64>,
+    /// 1 while the xDS config stream is open (`--config-xds`).
+    pub xds_connected: Gauge,
+    /// xDS responses refused (NACKed).
+    pub xds_nacks: Counter,
+    /// The running xDS config's version, as one series labelled with it.
+    xds_version: Family<VersionLabels, Gauge>,
     pub local_cache_hits: Counter,
     store_failures: Family<PolicyLabels, Counter>,
     pub refunds: Counter,
@@ -294,6 +305,24 @@ impl Metrics {
             "When the running config was last loaded (Unix seconds)",
             config_last_reload_success.clone(),
         );
+        let xds_connected = Gauge::default();
+        registry.register(
+            "tollgate_config_xds_connected",
+            "1 while the xDS config stream to the control plane is open",
+            xds_connected.clone(),
+        );
+        let xds_nacks = Counter::default();
+        registry.register(
+            "tollgate_config_xds_nacks",
+            "xDS config responses refused (NACKed); the running config stayed",
+            xds_nacks.clone(),
+        );
+        let xds_version = Family::<VersionLabels, Gauge>::default();
+        registry.register(
+            "tollgate_config_xds_version",
+            "The running xDS config's version_info, as the label of a series set to 1",
+            xds_version.clone(),
+        );
         let local_cache_hits = Counter::default();
         registry.register(
             "tollgate_local_cache_hits",
@@ -362,6 +391,9 @@ impl Metrics {
             ready,
             config_reloads,
             config_last_reload_success,
+            xds_connected,
+            xds_nacks,
+            xds_version,
             local_cache_hits,
             store_failures,
             refunds,
@@ -460,6 +492,17 @@ impl Metrics {
                 result: result.into(),
             })
             .inc();
+    }
+
+    /// The running xDS config's version: one series, whose label the control plane chose
+    /// (one at a time, so cardinality stays 1).
+    pub fn xds_version(&self, version: &str) {
+        self.xds_version.clear();
+        self.xds_version
+            .get_or_create(&VersionLabels {
+                version: version.to_string(),
+            })
+            .set(1);
     }
 
     /// OpenMetrics text exposition.

@@ -22,7 +22,8 @@ use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
 use crate::clock::SystemClock;
-use crate::config::{compile_sources, read_sources, LoadOptions, ReloadStatus, Reloader};
+use crate::config::xds::{XdsOptions, XdsSource, XdsState};
+use crate::config::{compile_sources, read_sources, Config, LoadOptions, ReloadStatus, Reloader};
 use crate::grpc::Calls;
 use crate::metrics::Metrics;
 use crate::service::RateLimiter;
@@ -50,8 +51,10 @@ pub struct ServerOptions {
     /// Serve `POST /json` (it charges real counters with caller-chosen hits; off by default).
     pub admin_json: bool,
     pub transport: Transport,
-    pub config_path: PathBuf,
+    pub config: ConfigSource,
     pub load: LoadOptions,
+    /// Readiness also needs a config with at least one domain.
+    pub ready_needs_config: bool,
     pub settings: Settings,
     /// How often to look for config changes; `None` disables reloading.
     pub reload_interval: Option<Duration>,
@@ -64,6 +67,15 @@ pub struct ServerOptions {
     pub metrics: Arc<Metrics>,
     /// Threads serving gRPC connections, each with a runtime of its own; 0 = one per core.
     pub serving_threads: usize,
+}
+
+/// Where the config comes from.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// A file, or a directory of them (re-read every `reload_interval`).
+    Files(PathBuf),
+    /// An xDS control plane.
+    Xds(Box<XdsOptions>),
 }
 
 /// Binds `addr`; an unspecified IPv6 address (`[::]`, dual-stack) falls back to `0.0.0.0` on
@@ -137,10 +149,50 @@ async fn start_serving(
     store: Arc<AnyStore>,
     shutdown: Shutdown,
 ) -> anyhow::Result<Running> {
-    let sources = read_sources(&opts.config_path, opts.load.files)?;
-    let config = compile_sources(&sources, &opts.load)?;
-    config.warn_if_empty(&opts.config_path);
-    let config = Arc::new(ArcSwap::from_pointee(config));
+    let reload_status = Arc::new(ReloadStatus::new(opts.metrics.clone()));
+    let (config, xds_state) = match &opts.config {
+        ConfigSource::Files(path) => {
+            let sources = read_sources(path, opts.load.files)?;
+            let config = compile_sources(&sources, &opts.load)?;
+            config.warn_if_empty(path);
+            let config = Arc::new(ArcSwap::from_pointee(config));
+            reload_status.loaded();
+            if let Some(every) = opts.reload_interval {
+                let reloader = Reloader {
+                    path: path.clone(),
+                    load: opts.load.clone(),
+                    config: config.clone(),
+                    status: reload_status.clone(),
+                    every,
+                };
+                tokio::spawn(reloader.run(sources, shutdown.clone()));
+            }
+            (config, None)
+        }
+        ConfigSource::Xds(xds) => {
+            let config = Arc::new(ArcSwap::from_pointee(Config::default()));
+            let state = XdsState::new();
+            let source = XdsSource {
+                opts: (**xds).clone(),
+                load: opts.load.clone(),
+                config: config.clone(),
+                status: reload_status.clone(),
+                state: state.clone(),
+                metrics: opts.metrics.clone(),
+            };
+            let endpoint = source.endpoint()?;
+            let (first, applied) = tokio::sync::oneshot::channel();
+            tokio::spawn(source.run(endpoint, first, shutdown.clone()));
+            if !xds.start_without_config {
+                tracing::info!(server = %xds.server, "waiting for the first config from the xDS server");
+                tokio::select! {
+                    _ = applied => {}
+                    _ = shutdown.wait() => anyhow::bail!("stopped before the first xDS config arrived"),
+                }
+            }
+            (config, Some((xds.server.clone(), state)))
+        }
+    };
     let metrics = opts.metrics.clone();
     // `--failure-mode local`'s in-process limiter.
     let fallback = (opts.settings.failure_mode == FailureMode::Local).then(|| {
@@ -175,23 +227,12 @@ async fn start_serving(
     let ready = Arc::new(AtomicBool::new(false));
     tokio::spawn(follow_readiness(
         store.clone(),
+        opts.ready_needs_config.then(|| config.clone()),
         shutdown.clone(),
         ready.clone(),
         reporter,
         metrics.clone(),
     ));
-    let reload_status = Arc::new(ReloadStatus::new(metrics.clone()));
-    reload_status.loaded();
-    if let Some(every) = opts.reload_interval {
-        let reloader = Reloader {
-            path: opts.config_path.clone(),
-            load: opts.load.clone(),
-            config: config.clone(),
-            status: reload_status.clone(),
-            every,
-        };
-        tokio::spawn(reloader.run(sources, shutdown.clone()));
-    }
     // Readiness must reflect the store before the first probe of `follow_readiness`.
     store.maintain().await;
     tokio::spawn(upkeep(store.clone(), shutdown.clone()));
@@ -237,6 +278,8 @@ async fn start_serving(
             config,
             reload_status,
             ready,
+            ready_needs_config: opts.ready_needs_config,
+            xds: xds_state,
         }),
         opts.admin_json,
     );
@@ -293,6 +336,7 @@ async fn start_serving(
 
 async fn follow_readiness(
     store: Arc<AnyStore>,
+    needs_config: Option<Arc<ArcSwap<Config>>>,
     shutdown: Shutdown,
     ready: Arc<AtomicBool>,
     reporter: tonic_health::server::HealthReporter,
@@ -302,7 +346,10 @@ async fn follow_readiness(
     loop {
         let store_up = store.is_ready();
         metrics.store_up.set(i64::from(store_up));
-        let now_ready = store_up && !shutdown.is_triggered();
+        let has_config = needs_config
+            .as_ref()
+            .is_none_or(|c| !c.load().domains.is_empty());
+        let now_ready = store_up && has_config && !shutdown.is_triggered();
         if shown != Some(now_ready) {
             let status = if now_ready {
                 ServingStatus::Serving
@@ -316,6 +363,12 @@ async fn follow_readiness(
             metrics.ready.set(i64::from(now_ready));
             match store.reason().filter(|_| !now_ready) {
                 Some(reason) => tracing::warn!(ready = now_ready, %reason, "readiness changed"),
+                None if !has_config => {
+                    tracing::info!(
+                        ready = now_ready,
+                        "readiness changed: no config with a domain yet"
+                    )
+                }
                 None => tracing::info!(ready = now_ready, "readiness changed"),
             }
             shown = Some(now_ready);

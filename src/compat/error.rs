@@ -13,8 +13,13 @@ pub enum CompatError {
     LogLevel(String),
     #[error("LOG_FORMAT={0}: expected json or text")]
     LogFormat(String),
-    #[error("CONFIG_TYPE={0}: tollgate reads its config from files only (CONFIG_TYPE=FILE)")]
+    #[error("CONFIG_TYPE={0}: expected FILE or GRPC_XDS_SOTW")]
     ConfigType(String),
+    /// An xDS TLS file variable without `CONFIG_GRPC_XDS_SERVER_USE_TLS=true`.
+    #[error("{0} is set but CONFIG_GRPC_XDS_SERVER_USE_TLS is not true")]
+    XdsTlsOff(&'static str),
+    #[error("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES={0}: expected a number of bytes")]
+    XdsMessageSize(String),
     #[error("PROMETHEUS_ADDR={0}: expected host:port or :port")]
     PrometheusAddr(String),
     /// `GRPC_SERVER_USE_TLS=true` without the certificate or key variable.

@@ -30,6 +30,16 @@ pub fn compile_file(
             .map_err(|e| ConfigError::yaml(file, e))?;
         serde_yaml::from_str(text).map_err(|e| ConfigError::yaml(file, e))?
     };
+    compile_raw(file, raw, usage_domains)
+}
+
+/// Validates and compiles one domain as read: from a YAML file, or from an xDS resource
+/// turned into the same shape (`super::xds`), so both sources compile one way.
+pub(super) fn compile_raw(
+    file: &str,
+    raw: RawFile,
+    usage_domains: &UsageDomains,
+) -> Result<Domain, ConfigError> {
     let err = |problem: ConfigProblem| ConfigError::new(file, None, problem);
     let domain = match raw.domain {
         Some(d) if !d.is_empty() => d,

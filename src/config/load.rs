@@ -105,7 +105,7 @@ fn list_files(dir: &Path, files: FileSelection) -> std::io::Result<Vec<PathBuf>>
     Ok(out)
 }
 
-fn add_domain(
+pub(super) fn add_domain(
     config: &mut Config,
     domain: Domain,
     file: &str,

@@ -10,6 +10,7 @@ mod load;
 mod raw;
 mod reload;
 mod usage;
+pub mod xds;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -12,6 +12,11 @@ use crate::limit::{Algorithm, Unit};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawFile {
+    /// envoyproxy/ratelimit accepts `name` at any level and reads it only in a `rate_limit`
+    /// (Envoy Gateway's config dumps carry one at the root, the xDS resource's name): read
+    /// and ignored.
+    #[serde(default, rename = "name")]
+    pub _name: Option<serde::de::IgnoredAny>,
     #[serde(default, deserialize_with = "scalar")]
     pub domain: Option<String>,
     #[serde(default)]
@@ -30,6 +35,9 @@ pub struct RawFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRule {
+    /// Accepted and ignored, as envoyproxy/ratelimit does (see [`RawFile::name`]).
+    #[serde(default, rename = "name")]
+    pub _name: Option<serde::de::IgnoredAny>,
     #[serde(default, deserialize_with = "scalar")]
     pub key: Option<String>,
     #[serde(default, deserialize_with = "scalar")]

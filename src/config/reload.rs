@@ -29,6 +29,9 @@ pub enum ReloadError {
         .0.display()
     )]
     EveryDomainGone(PathBuf),
+    /// An xDS response that does not compile (it was NACKed).
+    #[error(transparent)]
+    Xds(#[from] super::xds::ResourceError),
 }
 
 /// What the reloader last did, for `/rlconfig` and metrics.
@@ -63,7 +66,7 @@ impl ReloadStatus {
     }
 
     /// Records one attempt; a rejection is logged once until its message changes.
-    fn record(&self, result: Result<(), ReloadError>) {
+    pub(in crate::config) fn record(&self, result: Result<(), ReloadError>) {
         self.metrics.config_reload(result.is_ok());
         if result.is_ok() {
             let now = SystemTime::now()

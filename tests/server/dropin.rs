@@ -227,7 +227,7 @@ fn settings_it_cannot_honour_stop_it_by_name() {
         (
             &[
                 ("REDIS_URL", "127.0.0.1:1"),
-                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
             ],
             &[],
             "CONFIG_TYPE",

@@ -23,7 +23,7 @@ use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::server::{self, Running, ServerOptions};
+use tollgate::server::{self, ConfigSource, Running, ServerOptions};
 use tollgate::settings::Settings;
 use tollgate::shutdown::Shutdown;
 use tollgate::store::memory::MemoryStore;
@@ -187,11 +187,12 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         extra_admin_addrs: Vec::new(),
         admin_json: opts.admin_json,
         transport: Transport::default(),
-        config_path: if opts.config_dir {
+        config: ConfigSource::Files(if opts.config_dir {
             config.dir.clone()
         } else {
             config.path.clone()
-        },
+        }),
+        ready_needs_config: false,
         load: LoadOptions::default(),
         settings: opts.settings,
         reload_interval: opts.reload_interval,
