@@ -59,10 +59,31 @@ def protoc(args: list[str]) -> None:
         raise SystemExit(f"protoc failed: {' '.join(argv)}")
 
 
+# The client speaks the rate limit service only; proto/ also holds what the server alone needs
+# (the xDS config source's ADS and RateLimitConfig), which stays out of the package.
+ROOTS = ("envoy/service/ratelimit/v3/rls.proto",)
+
+
+def client_protos() -> list[str]:
+    """ROOTS and every file under proto/ they import, transitively."""
+    seen: set[str] = set()
+    todo = list(ROOTS)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = PROTO_ROOT / name
+        if not path.is_file():
+            raise SystemExit(f"{path}: not found (imported by the client's protos)")
+        seen.add(name)
+        for dep in re.findall(r'^import\s+(?:public\s+)?"([^"]+)";', path.read_text(), re.M):
+            if (PROTO_ROOT / dep).is_file():
+                todo.append(dep)
+    return sorted(seen)
+
+
 def generate(out: Path) -> None:
-    protos = sorted(p.relative_to(PROTO_ROOT).as_posix() for p in PROTO_ROOT.rglob("*.proto"))
-    if not protos:
-        raise SystemExit(f"no .proto files under {PROTO_ROOT}")
+    protos = client_protos()
     with_services = [
         p for p in protos if re.search(r"^service\s", (PROTO_ROOT / p).read_text(), re.M)
     ]
