@@ -14,3 +14,4 @@ mod readme;
 mod redis_tls;
 mod tracing;
 mod wire;
+mod xds;
