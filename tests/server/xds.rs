@@ -5,6 +5,7 @@
 //! an update, NACKs a bad update while the old config keeps enforcing, rides out the control
 //! plane's death and comes back to it, and takes a thousand domains in one update.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -35,6 +36,67 @@ fn user_rule(per_unit: u32, unit: i32) -> tollgate::pb::rls_conf::RateLimitDescr
 
 fn user_request(domain: &str, user: &str) -> RateLimitRequest {
     req(domain, &[&[(RULE, RULE), ("rule-0-match-0", user)]])
+}
+
+/// What Envoy Gateway's rate limit Deployment runs (its own testdata, copied into
+/// `tests/fixtures/envoy-gateway/ratelimit-deployment.yaml`).
+struct EgDeployment {
+    command: Vec<String>,
+    env: Vec<(String, String)>,
+    /// The readiness probe's path and port.
+    probe: (String, u16),
+}
+
+impl EgDeployment {
+    fn read() -> EgDeployment {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/envoy-gateway/ratelimit-deployment.yaml"
+        );
+        let text = std::fs::read_to_string(path).expect("Envoy Gateway's Deployment");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+        let c = &doc["spec"]["template"]["spec"]["containers"][0];
+        let str_of = |v: &serde_yaml::Value| v.as_str().expect("a string").to_string();
+        EgDeployment {
+            command: c["command"]
+                .as_sequence()
+                .expect("command")
+                .iter()
+                .map(str_of)
+                .collect(),
+            env: c["env"]
+                .as_sequence()
+                .expect("env")
+                .iter()
+                .map(|e| (str_of(&e["name"]), str_of(&e["value"])))
+                .collect(),
+            probe: (
+                str_of(&c["readinessProbe"]["httpGet"]["path"]),
+                c["readinessProbe"]["httpGet"]["port"]
+                    .as_u64()
+                    .expect("port") as u16,
+            ),
+        }
+    }
+}
+
+/// `setpriv` running `program` as uid and gid 65534, when this test runs as root and
+/// `setpriv` is installed.
+fn as_nobody(program: &Path) -> Option<(PathBuf, Vec<String>)> {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").ok()?.uid() == 0;
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())?;
+    root.then(|| {
+        let args = ["--reuid=65534", "--regid=65534", "--clear-groups"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([program.display().to_string()])
+            .collect();
+        (setpriv, args)
+    })
 }
 
 fn ratelimit_symlink(dir: &Path) -> PathBuf {
@@ -118,60 +180,56 @@ async fn runs_as_envoy_gateway_deploys_envoyproxy_ratelimit() {
     let program = ratelimit_symlink(&scratch.dir);
     let [http_port, grpc_port, debug_port, prom_port] = ports::<4>();
     let s = |p: &Path| p.display().to_string();
-    let (cert, key, ca) = (
-        s(&pki.path("server.crt")),
-        s(&pki.path("server.key")),
-        s(&pki.path("ca.crt")),
-    );
-    let (client_cert, client_key) = (s(&pki.path("client.crt")), s(&pki.path("client.key")));
-    let xds_url = format!("localhost:{}", plane.addr.port());
-    let redis_url = format!("127.0.0.1:{}", redis.port());
-    let root = s(&scratch.dir.join("data"));
-    let prom_addr = format!(":{prom_port}");
-    let (http, grpc, debug) = (
-        http_port.to_string(),
-        grpc_port.to_string(),
-        debug_port.to_string(),
-    );
-    let missing_mapper = s(&scratch.dir.join("statsd-exporter/conf.yaml"));
-    // Envoy Gateway's Deployment, verbatim but for paths, ports and backoff.
-    let env: Vec<(String, String)> = [
-        ("RUNTIME_ROOT", root.as_str()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-        ("RUNTIME_IGNOREDOTFILES", "true"),
-        ("RUNTIME_WATCH_ROOT", "false"),
-        ("LOG_LEVEL", "info"),
-        ("USE_STATSD", "false"),
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-        ("CONFIG_GRPC_XDS_SERVER_URL", &xds_url),
-        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
-        ("GRPC_SERVER_USE_TLS", "true"),
-        ("GRPC_SERVER_TLS_CERT", &cert),
-        ("GRPC_SERVER_TLS_KEY", &key),
-        ("GRPC_SERVER_TLS_CA_CERT", &ca),
-        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", &client_cert),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", &client_key),
-        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", &ca),
-        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("REDIS_URL", &redis_url),
-        ("USE_PROMETHEUS", "true"),
-        ("PROMETHEUS_ADDR", &prom_addr),
-        ("PROMETHEUS_MAPPER_YAML", &missing_mapper),
-        // The test's ports and backoff.
-        ("PORT", &http),
-        ("GRPC_PORT", &grpc),
-        ("DEBUG_PORT", &debug),
-        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms"),
-        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "400ms"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    // Envoy Gateway's Deployment, verbatim but for what a test must choose: the paths of the
+    // mounted certificates (one certificate serves gRPC and dials the control plane, as
+    // Envoy Gateway's does), the control plane's and Redis' addresses, the ports, and the
+    // backoff.
+    let deployment = EgDeployment::read();
+    assert_eq!(deployment.command, ["/bin/ratelimit"]);
+    assert_eq!(deployment.probe, ("/healthcheck".to_string(), 8080));
+    let replace = |name: &str, value: &str| -> String {
+        match (name, value) {
+            (_, "/certs/tls.crt") => s(&pki.path("both.crt")),
+            (_, "/certs/tls.key") => s(&pki.path("both.key")),
+            (_, "/certs/ca.crt") => s(&pki.path("ca.crt")),
+            ("CONFIG_GRPC_XDS_SERVER_URL", _) => format!("localhost:{}", plane.addr.port()),
+            ("REDIS_URL", _) => format!("127.0.0.1:{}", redis.port()),
+            ("RUNTIME_ROOT", _) => s(&scratch.dir.join("data")),
+            ("PROMETHEUS_ADDR", _) => format!(":{prom_port}"),
+            // The ConfigMap is optional and not there.
+            ("PROMETHEUS_MAPPER_YAML", _) => s(&scratch.dir.join("statsd-exporter/conf.yaml")),
+            _ => value.to_string(),
+        }
+    };
+    let mut env: Vec<(String, String)> = deployment
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), replace(k, v)))
+        .collect();
+    for (k, v) in [
+        ("PORT", http_port.to_string()),
+        ("GRPC_PORT", grpc_port.to_string()),
+        ("DEBUG_PORT", debug_port.to_string()),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms".into()),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "400ms".into()),
+    ] {
+        env.push((k.into(), v));
+    }
+    // Envoy Gateway runs it as user 65534 on a read-only root filesystem. When the test runs
+    // as root it does the same (setpriv), so the process can write to no file here.
+    let (runner, args) = match as_nobody(&program) {
+        Some((setpriv, args)) => {
+            for name in ["both.key", "both.crt", "ca.crt"] {
+                std::fs::set_permissions(pki.path(name), std::fs::Permissions::from_mode(0o644))
+                    .expect("chmod");
+            }
+            (setpriv, args)
+        }
+        None => (program.clone(), Vec::new()),
+    };
     let mut binary = Binary::start(Start {
-        program: &program,
-        args: Vec::new(),
+        program: &runner,
+        args,
         env,
         clear_env: true,
         grpc_port,

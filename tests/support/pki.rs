@@ -1,12 +1,15 @@
 //! Certificates made with `openssl` for one test: a CA, a server certificate for 127.0.0.1
-//! and localhost, and a client certificate, in a temp directory removed on drop.
+//! and localhost, a client certificate, and a certificate for both ends as Envoy Gateway's
+//! are made (no extended key usage: its rate limit pod serves gRPC and dials the control
+//! plane with one), in a temp directory removed on drop.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use super::server::TempConfig;
 
-/// A CA and the certificates it signed (`ca.crt`, `server.crt`/`.key`, `client.crt`/`.key`).
+/// A CA and the certificates it signed (`ca.crt`, `server.crt`/`.key`, `client.crt`/`.key`,
+/// `both.crt`/`.key`).
 pub struct Pki {
     dir: TempConfig,
 }
@@ -38,7 +41,16 @@ impl Pki {
         ]);
         // Extensions make v3 certificates (rustls refuses v1).
         std::fs::write(pki.path("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
-        for (name, ext) in [("server", "san.ext"), ("client", "client.ext")] {
+        std::fs::write(
+            pki.path("both.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nkeyUsage=digitalSignature,keyEncipherment\n",
+        )
+        .expect("ext");
+        for (name, ext) in [
+            ("server", "san.ext"),
+            ("client", "client.ext"),
+            ("both", "both.ext"),
+        ] {
             pki.openssl(&[
                 "req",
                 "-newkey",
