@@ -592,3 +592,113 @@ async fn health_waits_for_a_config_when_asked_to() {
         [OK, OVER_LIMIT]
     );
 }
+
+fn yaml(path: &str) -> serde_yaml::Value {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{full}: {e}"))
+}
+
+/// Helm's merge of values files: maps merge key by key, anything else is replaced.
+fn helm_merge(base: &mut serde_yaml::Value, over: &serde_yaml::Value) {
+    match (base, over) {
+        (serde_yaml::Value::Mapping(b), serde_yaml::Value::Mapping(o)) => {
+            for (k, v) in o {
+                match b.get_mut(k) {
+                    Some(existing) => helm_merge(existing, v),
+                    None => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// The Envoy Gateway config we ship (`deploy/envoy-gateway/`, quoted by the README): merged
+/// into the chart's defaults it is the ConfigMap we ship for installs without Helm, and it
+/// differs from the defaults only by the rate limit image and the Redis.
+#[test]
+fn the_envoy_gateway_config_swaps_only_the_image_and_adds_redis() {
+    let defaults = yaml("tests/fixtures/envoy-gateway/gateway-helm-values.yaml");
+    let ours = yaml("deploy/envoy-gateway/values.yaml");
+    let mut merged = defaults.clone();
+    helm_merge(&mut merged, &ours);
+    let merged = &merged["config"]["envoyGateway"];
+
+    let configmap = yaml("deploy/envoy-gateway/envoy-gateway-config.yaml");
+    assert_eq!(configmap["metadata"]["name"], "envoy-gateway-config");
+    let text = configmap["data"]["envoy-gateway.yaml"]
+        .as_str()
+        .expect("data.envoy-gateway.yaml");
+    let mut eg: serde_yaml::Value = serde_yaml::from_str(text).expect("EnvoyGateway");
+    assert_eq!(eg["apiVersion"], "gateway.envoyproxy.io/v1alpha1");
+    assert_eq!(eg["kind"], "EnvoyGateway");
+    let m = eg.as_mapping_mut().expect("a map");
+    m.remove("apiVersion");
+    m.remove("kind");
+    assert_eq!(&eg, merged, "the ConfigMap and the Helm values disagree");
+
+    // What differs from Envoy Gateway's defaults: the image, and the Redis global rate
+    // limiting needs. Everything else is the chart's.
+    let image = &merged["provider"]["kubernetes"]["rateLimitDeployment"]["container"]["image"];
+    assert!(
+        image.as_str().is_some_and(|i| i.contains("tollgate")),
+        "{image:?}"
+    );
+    assert_eq!(merged["rateLimit"]["backend"]["type"], "Redis");
+    let mut back = merged.clone();
+    let m = back.as_mapping_mut().expect("a map");
+    m.remove("rateLimit");
+    m["provider"]
+        .as_mapping_mut()
+        .expect("provider")
+        .remove("kubernetes");
+    assert_eq!(&back, &defaults["config"]["envoyGateway"]);
+
+    // The README quotes the values file.
+    let values = std::fs::read_to_string(format!(
+        "{}/deploy/envoy-gateway/values.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("values.yaml");
+    let excerpt: String = values
+        .lines()
+        .skip_while(|l| !l.starts_with("config:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let readme = std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR")))
+        .expect("README.md");
+    assert!(
+        readme.contains(&excerpt),
+        "README.md does not quote deploy/envoy-gateway/values.yaml:\n{excerpt}"
+    );
+}
+
+/// Every variable of Envoy Gateway's Deployment is in docs/compatibility.md's table.
+#[test]
+fn every_variable_envoy_gateway_sets_is_documented() {
+    let doc = std::fs::read_to_string(format!(
+        "{}/docs/compatibility.md",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("docs/compatibility.md");
+    let rows: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+    let missing: Vec<String> = EgDeployment::read()
+        .env
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| {
+            !rows.iter().any(|row| {
+                row.split(" | ")
+                    .next()
+                    .is_some_and(|c| c.contains(&format!("`{k}`")))
+            })
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in docs/compatibility.md's table: {missing:?}"
+    );
+}
