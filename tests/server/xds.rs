@@ -348,8 +348,20 @@ async fn runs_as_envoy_gateway_deploys_envoyproxy_ratelimit() {
         "limits changed while the control plane was down; log: {}",
         log()
     );
-    let scrape = scrape_url(&format!("http://127.0.0.1:{prom_port}/metrics")).await;
-    assert_eq!(value(&scrape, "tollgate_config_xds_connected", &[]), 0.0);
+    let metrics = format!("http://127.0.0.1:{prom_port}/metrics");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let scrape = loop {
+        let scrape = scrape_url(&metrics).await;
+        if value(&scrape, "tollgate_config_xds_connected", &[]) == 0.0 {
+            break scrape;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream still counts as connected; log: {}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(value(&scrape, "tollgate_config_xds_nacks_total", &[]), 1.0);
     let from = plane.received().len();
     plane.set(
@@ -374,7 +386,7 @@ async fn runs_as_envoy_gateway_deploys_envoyproxy_ratelimit() {
         codes(&mut client, || user_request("default/eg/https", "erin"), 2).await,
         [OK, OVER_LIMIT]
     );
-    let scrape = scrape_url(&format!("http://127.0.0.1:{prom_port}/metrics")).await;
+    let scrape = scrape_url(&metrics).await;
     assert_eq!(value(&scrape, "tollgate_config_xds_connected", &[]), 1.0);
     assert_eq!(
         value(&scrape, "tollgate_config_xds_version", &[("version", "4")]),
