@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
-"""Print every tollgate_* metric name that the dashboard's and the alert rules' PromQL uses.
+"""Print every metric name (tollgate_*, ratelimit_*) that a dashboard's PromQL uses.
 
     python3 deploy/grafana/metric_names.py                  # one base name a line, sorted
     python3 deploy/grafana/metric_names.py --check FILE     # FILE: a /metrics scrape; lists the
                                                             # names missing from it, exit 1 if any
+    python3 deploy/grafana/metric_names.py --dashboard envoyproxy [--check FILE]
 
-Reads the panel queries and variable queries of tollgate-dashboard.json and every `expr` of
-../prometheus/tollgate-alerts.yaml. Histogram series suffixes (_bucket, _sum, _count) are
-stripped, so the names match the `# TYPE` lines of /metrics. Standard library only.
+--dashboard tollgate (the default): the panel queries and variable queries of
+tollgate-dashboard.json and every `expr` of ../prometheus/tollgate-alerts.yaml.
+--dashboard envoyproxy: those of envoyproxy-ratelimit-dashboard.json (envoyproxy/ratelimit's
+ratelimit_service_* series and the tollgate_* series it shows beside them).
+Histogram series suffixes (_bucket, _sum, _count) are stripped, so the names match the
+`# TYPE` lines of /metrics. Standard library only.
 """
+import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DASHBOARD = HERE / "tollgate-dashboard.json"
 RULES = HERE.parent / "prometheus" / "tollgate-alerts.yaml"
+# --dashboard NAME: (the dashboard, the rules files read with it)
+DASHBOARDS = {
+    "tollgate": (HERE / "tollgate-dashboard.json", [RULES]),
+    "envoyproxy": (HERE / "envoyproxy-ratelimit-dashboard.json", []),
+}
 
-NAME = re.compile(r"\btollgate_[a-zA-Z0-9_]*")
+NAME = re.compile(r"\b(?:tollgate|ratelimit)_[a-zA-Z0-9_]*")
 SUFFIX = re.compile(r"_(bucket|sum|count)$")
 
 
@@ -55,9 +64,11 @@ def rule_exprs(text):
         yield "\n".join(block)
 
 
-def names():
-    queries = list(dashboard_queries(json.loads(DASHBOARD.read_text())))
-    queries += rule_exprs(RULES.read_text())
+def names(dashboard="tollgate"):
+    path, rules = DASHBOARDS[dashboard]
+    queries = list(dashboard_queries(json.loads(path.read_text())))
+    for r in rules:
+        queries += rule_exprs(r.read_text())
     return sorted({SUFFIX.sub("", n) for q in queries for n in NAME.findall(q)})
 
 
@@ -74,15 +85,16 @@ def exposed(metrics_text):
 
 
 def main(argv):
-    wanted = names()
-    if len(argv) == 3 and argv[1] == "--check":
-        missing = [n for n in wanted if n not in exposed(Path(argv[2]).read_text())]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dashboard", choices=sorted(DASHBOARDS), default="tollgate")
+    ap.add_argument("--check", metavar="FILE", help="a /metrics scrape: list the names missing")
+    args = ap.parse_args(argv[1:])
+    wanted = names(args.dashboard)
+    if args.check:
+        missing = [n for n in wanted if n not in exposed(Path(args.check).read_text())]
         for n in missing:
-            print(f"missing from {argv[2]}: {n}")
+            print(f"missing from {args.check}: {n}")
         return 1 if missing else 0
-    if len(argv) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
     print("\n".join(wanted))
     return 0
 
