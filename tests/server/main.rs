@@ -6,6 +6,7 @@ mod support;
 
 mod config_validation;
 mod dropin;
+mod envoy_gateway_configs;
 mod fallback;
 mod grpc;
 mod layout;
