@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{xds, FileSelection, UsageDomains};
 use crate::duration;
 use crate::settings::FailureMode;
-use crate::telemetry::LogFormat;
+use crate::telemetry::{LogFormat, OtlpProtocol, TraceExport, TraceOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -262,6 +262,47 @@ pub struct ServeArgs {
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,
+    #[command(flatten)]
+    pub traces: TraceArgs,
+}
+
+/// OpenTelemetry traces over OTLP; the endpoint is the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Export traces: `auto` (when an OTLP endpoint variable is set), `on`, `off`.
+    #[arg(long, env = "TOLLGATE_TRACES", value_enum, default_value = "auto")]
+    pub traces: TraceExport,
+    /// OTLP transport: `grpc`, or `http` (protobuf bodies to `<endpoint>/v1/traces`). Default:
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`'s (`grpc` or `http/protobuf`), else `grpc`.
+    #[arg(long, env = "TOLLGATE_TRACES_PROTOCOL", value_enum)]
+    pub traces_protocol: Option<OtlpProtocol>,
+    /// The `service.name` of exported spans (default: `OTEL_SERVICE_NAME`, else `tollgate`).
+    #[arg(long, env = "TOLLGATE_TRACES_SERVICE_NAME")]
+    pub traces_service_name: Option<String>,
+    /// Their `service.namespace`.
+    #[arg(long, env = "TOLLGATE_TRACES_SERVICE_NAMESPACE")]
+    pub traces_service_namespace: Option<String>,
+    /// Their `service.instance.id` (Envoy Gateway: the pod's name).
+    #[arg(long, env = "TOLLGATE_TRACES_SERVICE_INSTANCE_ID")]
+    pub traces_service_instance_id: Option<String>,
+    /// Share of traces sampled, 0 to 1, when the caller sent no sampling decision (a caller's
+    /// decision is followed). Default: `OTEL_TRACES_SAMPLER`'s, else every trace.
+    #[arg(long, env = "TOLLGATE_TRACES_SAMPLING_RATE", value_parser = parse_ratio)]
+    pub traces_sampling_rate: Option<f64>,
+}
+
+impl TraceArgs {
+    pub fn options(&self) -> TraceOptions {
+        TraceOptions {
+            export: self.traces,
+            protocol: self.traces_protocol,
+            service_name: self.traces_service_name.clone(),
+            service_namespace: self.traces_service_namespace.clone(),
+            service_instance_id: self.traces_service_instance_id.clone(),
+            sampling_rate: self.traces_sampling_rate,
+        }
+    }
 }
 
 /// The config from an xDS control plane (state of the world), as Envoy Gateway serves it.
@@ -356,6 +397,16 @@ pub enum FlagValueError {
     FileSelection(String),
     #[error("'{0}' is not a size like 67108864, 512KiB, 64MiB or 1GiB")]
     Size(String),
+    #[error("'{0}' is not a number from 0 to 1")]
+    Ratio(String),
+}
+
+fn parse_ratio(text: &str) -> Result<f64, FlagValueError> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+        .ok_or_else(|| FlagValueError::Ratio(text.to_string()))
 }
 
 fn parse_files(text: &str) -> Result<FileSelection, FlagValueError> {

@@ -8,6 +8,7 @@
 //! ones whose silent omission would change answers or security are errors.
 
 mod error;
+mod tracing;
 mod xds;
 
 use std::ffi::OsString;
@@ -47,12 +48,6 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "USE_DOG_STATSD",
     "USE_DOG_STATSD_MOGRIFIERS",
     "PROMETHEUS_PATH",
-    "TRACING_ENABLED",
-    "TRACING_SERVICE_NAME",
-    "TRACING_SERVICE_NAMESPACE",
-    "TRACING_SERVICE_INSTANCE_ID",
-    "TRACING_SAMPLING_RATE",
-    "TRACING_EXPORTER_PROTOCOL",
     "GRPC_UDS",
     "DEBUG_LOG_HEADERS",
     "MEMCACHE_HOST_PORT",
@@ -226,6 +221,8 @@ pub fn translate(
         // tollgate's over-limit cache counts entries; one holds about 128 bytes.
         t.flag("local-cache-size", &(bytes / 128).to_string());
     }
+
+    tracing::translate(&mut t, &get, &flag_bool)?;
 
     if let Some(mapper) = get("PROMETHEUS_MAPPER_YAML") {
         // Envoy Gateway mounts its mapping ConfigMap `optional: true`: a missing file is normal.

@@ -128,7 +128,7 @@ fn message(e: &anyhow::Error) -> String {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let _traces = telemetry::init_traces()?;
+    let _traces = telemetry::init_traces(&args.traces.options())?;
     let settings = Settings {
         count_rejected: args.count_rejected,
         global_shadow: args.shadow_mode,

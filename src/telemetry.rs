@@ -1,10 +1,13 @@
 //! Logs and traces.
 //!
 //! Logs go to stderr as text or JSON lines, through one `tracing` filter. Traces are
-//! OpenTelemetry spans exported over OTLP/gRPC, and only when the standard
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set; the SDK reads
-//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_TRACES_SAMPLER` / `_ARG` itself.
-//! Unset, no span is ever created, so tracing costs nothing.
+//! OpenTelemetry spans exported over OTLP (gRPC, or HTTP with protobuf bodies), by default only
+//! when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is
+//! set (`--traces` turns them on or off regardless). The SDK reads those endpoints,
+//! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES` and
+//! `OTEL_TRACES_SAMPLER` / `_ARG` itself; the `--traces-*` flags (envoyproxy/ratelimit's
+//! `TRACING_*` variables) override the service's resource and the sampler. Off, no span is
+//! ever created, so tracing costs nothing.
 //!
 //! A `ShouldRateLimit` span continues the caller's trace from its W3C `traceparent` (Envoy
 //! sends it when tracing is on); Redis round trips and refunds are its children. Spans
@@ -16,8 +19,9 @@ use opentelemetry::global::{self, BoxedTracer};
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::EnvFilter;
 
@@ -43,6 +47,71 @@ pub enum TelemetryError {
     Logging(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("cannot start the OTLP trace exporter: {0}")]
     Exporter(#[source] opentelemetry_otlp::ExporterBuildError),
+    #[error("{var}={value}: tollgate exports traces over OTLP `grpc` or `http/protobuf`")]
+    Protocol { var: &'static str, value: String },
+}
+
+/// Whether traces are exported (`--traces`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TraceExport {
+    /// When `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.
+    #[default]
+    Auto,
+    /// Always (to the SDK's default endpoint, localhost, when none is set).
+    On,
+    Off,
+}
+
+/// The OTLP transport (`--traces-protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (default port 4317).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies, `POST <endpoint>/v1/traces` (default port 4318).
+    #[value(alias = "http/protobuf")]
+    Http,
+}
+
+/// How traces are exported; `None` leaves a setting to the OpenTelemetry variables.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceOptions {
+    pub export: TraceExport,
+    /// `None`: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`, else gRPC.
+    pub protocol: Option<OtlpProtocol>,
+    /// `service.name` (else `OTEL_SERVICE_NAME`, else `tollgate`).
+    pub service_name: Option<String>,
+    /// `service.namespace`.
+    pub service_namespace: Option<String>,
+    /// `service.instance.id`.
+    pub service_instance_id: Option<String>,
+    /// Sample this share of traces no caller decided for (parent-based: a caller's sampled
+    /// trace is always continued, an unsampled one never).
+    pub sampling_rate: Option<f64>,
+}
+
+impl TraceOptions {
+    fn protocol(&self) -> Result<OtlpProtocol, TelemetryError> {
+        if let Some(p) = self.protocol {
+            return Ok(p);
+        }
+        for var in [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ] {
+            match std::env::var(var).ok().filter(|v| !v.is_empty()).as_deref() {
+                None => continue,
+                Some("grpc") => return Ok(OtlpProtocol::Grpc),
+                Some("http/protobuf") => return Ok(OtlpProtocol::Http),
+                Some(other) => {
+                    return Err(TelemetryError::Protocol {
+                        var,
+                        value: other.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(OtlpProtocol::Grpc)
+    }
 }
 
 /// Starts logging with `filter` (tracing-subscriber syntax; an invalid one is an error).
@@ -75,33 +144,70 @@ pub fn enabled() -> bool {
     ENABLED.get().copied().unwrap_or(false)
 }
 
-/// Starts exporting traces when an OTLP endpoint is configured. Must run inside the Tokio
-/// runtime (the gRPC exporter's connection lives there).
-pub fn init_traces() -> Result<Traces, TelemetryError> {
-    let configured = [
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()));
-    if !configured {
+/// Starts exporting traces as `options` say. Must run inside the Tokio runtime (the gRPC
+/// exporter's connection lives there).
+pub fn init_traces(options: &TraceOptions) -> Result<Traces, TelemetryError> {
+    let on = match options.export {
+        TraceExport::On => true,
+        TraceExport::Off => false,
+        TraceExport::Auto => [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())),
+    };
+    if !on {
         let _ = ENABLED.set(false);
         return Ok(Traces { provider: None });
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .build()
-        .map_err(TelemetryError::Exporter)?;
-    let mut resource = Resource::builder();
-    if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
-        resource = resource.with_service_name("tollgate");
+    let protocol = options.protocol()?;
+    let exporter = match protocol {
+        OtlpProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build(),
+        // A blocking client: the SDK exports from a thread of its own, outside the runtime.
+        OtlpProtocol::Http => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .build(),
     }
-    let provider = SdkTracerProvider::builder()
+    .map_err(TelemetryError::Exporter)?;
+    let mut resource = Resource::builder();
+    match &options.service_name {
+        Some(name) => resource = resource.with_service_name(name.clone()),
+        None if std::env::var_os("OTEL_SERVICE_NAME").is_none() => {
+            resource = resource.with_service_name("tollgate");
+        }
+        None => {}
+    }
+    for (key, value) in [
+        ("service.namespace", &options.service_namespace),
+        ("service.instance.id", &options.service_instance_id),
+    ] {
+        if let Some(value) = value {
+            resource = resource.with_attribute(KeyValue::new(key, value.clone()));
+        }
+    }
+    let mut provider = SdkTracerProvider::builder()
         .with_resource(resource.build())
-        .with_batch_exporter(exporter)
-        .build();
+        .with_batch_exporter(exporter);
+    if let Some(rate) = options.sampling_rate {
+        provider = provider.with_sampler(Sampler::ParentBased(Box::new(
+            Sampler::TraceIdRatioBased(rate),
+        )));
+    }
+    let provider = provider.build();
     global::set_tracer_provider(provider.clone());
     let _ = ENABLED.set(true);
+    tracing::info!(
+        protocol = ?protocol,
+        service_name = options.service_name.as_deref(),
+        service_namespace = options.service_namespace.as_deref(),
+        service_instance_id = options.service_instance_id.as_deref(),
+        sampling_rate = options.sampling_rate,
+        "exporting traces over OTLP"
+    );
     Ok(Traces {
         provider: Some(provider),
     })

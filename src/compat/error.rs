@@ -60,4 +60,8 @@ pub enum CompatError {
     SentinelUrl(String),
     #[error("REDIS_TYPE={0}: expected single, sentinel or cluster")]
     RedisType(String),
+    #[error("TRACING_EXPORTER_PROTOCOL={0}: expected http or grpc")]
+    TracingProtocol(String),
+    #[error("TRACING_SAMPLING_RATE={0}: expected a number (0 to 1)")]
+    SamplingRate(String),
 }
