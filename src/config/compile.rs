@@ -26,11 +26,23 @@ pub fn compile_file(
     } else {
         // The whole document is parsed first, so a syntax error is what gets reported, not
         // a scalar field that met the half-written list it starts.
-        serde_yaml::from_str::<serde::de::IgnoredAny>(text)
-            .map_err(|e| ConfigError::yaml(file, e))?;
+        serde_yaml::from_str::<serde::de::IgnoredAny>(text).map_err(|e| match documents(text) {
+            n if n > 1 => ConfigError::new(file, None, ConfigProblem::SeveralDocuments(n)),
+            _ => ConfigError::yaml(file, e),
+        })?;
         serde_yaml::from_str(text).map_err(|e| ConfigError::yaml(file, e))?
     };
     compile_raw(file, raw, usage_domains)
+}
+
+/// How many YAML documents with content `text` holds (an empty one after a trailing `---`
+/// does not count; a document that does not parse does).
+fn documents(text: &str) -> usize {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .map(serde_yaml::Value::deserialize)
+        .filter(|doc| !matches!(doc, Ok(serde_yaml::Value::Null)))
+        .count()
 }
 
 /// Validates and compiles one domain as read: from a YAML file, or from an xDS resource

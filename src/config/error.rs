@@ -53,6 +53,13 @@ pub enum ConfigProblem {
     Yaml(#[source] Arc<serde_yaml::Error>),
     #[error("config file cannot have empty domain")]
     EmptyDomain,
+    /// `---` between domains: envoyproxy/ratelimit reads the first and drops the rest without
+    /// a word; tollgate says so instead.
+    #[error(
+        "{0} YAML documents (`---`) in one file: a config file holds one domain, so put each in \
+         a file of its own (envoyproxy/ratelimit would read only the first and drop the rest)"
+    )]
+    SeveralDocuments(usize),
     #[error("domain '{0}': max_hits must be at least 1 (it is the largest cost one descriptor may carry)")]
     ZeroMaxHits(String),
     #[error("duplicate domain '{0}' in config file")]

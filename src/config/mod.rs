@@ -326,4 +326,19 @@ mod tests {
             assert_eq!(m(pattern, value), want, "{pattern} vs {value}");
         }
     }
+
+    #[test]
+    fn several_documents_in_one_file_are_named_not_half_read() {
+        let none = UsageDomains::default();
+        let two = "domain: a\ndescriptors: []\n---\ndomain: b\n";
+        let e = compile_file("f.yaml", two, &none).expect_err("two domains in one file");
+        assert!(
+            e.to_string()
+                .contains("2 YAML documents (`---`) in one file"),
+            "{e}"
+        );
+        // One document, with `---` before it: as any YAML file may be written.
+        let one = "---\ndomain: a\n";
+        assert_eq!(compile_file("f.yaml", one, &none).expect("one").name, "a");
+    }
 }
