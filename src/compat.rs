@@ -8,6 +8,7 @@
 //! ones whose silent omission would change answers or security are errors.
 
 mod error;
+mod stats;
 mod xds;
 
 use std::ffi::OsString;
@@ -39,14 +40,12 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
     "REDIS_POOL_ON_EMPTY_BEHAVIOR",
     "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
-    "NEAR_LIMIT_RATIO",
     "STATSD_HOST",
     "STATSD_PORT",
     "GOSTATS_FLUSH_INTERVAL_SECONDS",
     "EXTRA_TAGS",
     "USE_DOG_STATSD",
     "USE_DOG_STATSD_MOGRIFIERS",
-    "PROMETHEUS_PATH",
     "TRACING_ENABLED",
     "TRACING_SERVICE_NAME",
     "TRACING_SERVICE_NAMESPACE",
@@ -116,7 +115,8 @@ pub fn translate(
         "debug-addr",
         &addr(get("DEBUG_HOST"), get("DEBUG_PORT"), 6070),
     );
-    if flag_bool("USE_PROMETHEUS")?.unwrap_or(false) {
+    let use_prometheus = flag_bool("USE_PROMETHEUS")?.unwrap_or(false);
+    if use_prometheus {
         let prometheus = get("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
         let (host, port) = prometheus
             .rsplit_once(':')
@@ -133,8 +133,9 @@ pub fn translate(
     }
     if flag_bool("USE_STATSD")?.unwrap_or(false) {
         t.notes.push(
-            "USE_STATSD=true: tollgate has no statsd sink; its metrics are Prometheus, on \
-             /metrics of the admin port (USE_PROMETHEUS/PROMETHEUS_ADDR add a port)"
+            "USE_STATSD=true: tollgate has no statsd sink; its metrics and envoyproxy/ratelimit's \
+             statistics are Prometheus, on /metrics of the admin port (USE_PROMETHEUS/PROMETHEUS_ADDR \
+             add a port)"
                 .into(),
         );
     }
@@ -227,19 +228,7 @@ pub fn translate(
         t.flag("local-cache-size", &(bytes / 128).to_string());
     }
 
-    if let Some(mapper) = get("PROMETHEUS_MAPPER_YAML") {
-        // Envoy Gateway mounts its mapping ConfigMap `optional: true`: a missing file is normal.
-        if std::path::Path::new(&mapper).exists() {
-            t.notes.push(format!(
-                "PROMETHEUS_MAPPER_YAML={mapper}: tollgate does not read statsd mapping files \
-                 yet; its metrics keep their tollgate_* names"
-            ));
-        } else {
-            t.notes.push(format!(
-                "PROMETHEUS_MAPPER_YAML={mapper}: no such file; the default metric names apply"
-            ));
-        }
-    }
+    stats::translate(&mut t, &get, &flag_bool, use_prometheus)?;
     let unused: Vec<&str> = NOT_IMPLEMENTED
         .iter()
         .copied()
