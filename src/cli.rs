@@ -479,6 +479,37 @@ pub fn parse_bytes(text: &str) -> Result<usize, FlagValueError> {
         .ok_or_else(|| FlagValueError::Size(text.to_string()))
 }
 
+/// `--metrics-path`: an absolute path no other admin route uses.
+fn metrics_path(text: &str) -> Result<String, StatsFlagError> {
+    const TAKEN: [&str; 5] = ["/healthcheck", "/readyz", "/healthz", "/rlconfig", "/json"];
+    if !text.starts_with('/') || text.contains(['?', '#', '{', '}', '*', ':']) {
+        return Err(StatsFlagError::Path);
+    }
+    if TAKEN.contains(&text) {
+        return Err(StatsFlagError::PathTaken(text.to_string()));
+    }
+    Ok(text.to_string())
+}
+
+/// A bad `--metrics-path` or `--near-limit-ratio`.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsFlagError {
+    #[error("expected a path such as /metrics")]
+    Path,
+    #[error("{0} is another admin endpoint")]
+    PathTaken(String),
+    #[error("expected a number from 0 to 1")]
+    Ratio,
+}
+
+/// `--near-limit-ratio`: from 0 to 1.
+fn near_limit_ratio(text: &str) -> Result<f32, StatsFlagError> {
+    match text.parse::<f32>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(StatsFlagError::Ratio),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,25 +524,5 @@ mod tests {
         for bad in ["", "0", "0MiB", "-1", "lots", "64 parsecs"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
-    }
-}
-
-/// `--metrics-path`: an absolute path no other admin route uses.
-fn metrics_path(text: &str) -> Result<String, String> {
-    const TAKEN: [&str; 5] = ["/healthcheck", "/readyz", "/healthz", "/rlconfig", "/json"];
-    if !text.starts_with('/') || text.contains(['?', '#', '{', '}', '*', ':']) {
-        return Err("expected a path such as /metrics".into());
-    }
-    if TAKEN.contains(&text) {
-        return Err(format!("{text} is another admin endpoint"));
-    }
-    Ok(text.to_string())
-}
-
-/// `--near-limit-ratio`: from 0 to 1.
-fn near_limit_ratio(text: &str) -> Result<f32, String> {
-    match text.parse::<f32>() {
-        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-        _ => Err("expected a number from 0 to 1".into()),
     }
 }

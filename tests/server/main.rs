@@ -6,6 +6,7 @@ mod support;
 
 mod config_validation;
 mod dropin;
+mod envoyproxy_stats;
 mod fallback;
 mod grpc;
 mod layout;
