@@ -78,7 +78,12 @@ fn add_timer(
     let labels = sorted(&m.labels);
     if shape.bounds.is_empty() {
         recent.sort_by(f64::total_cmp);
-        let quantiles = [0.5, 0.9, 0.99]
+        let wanted: Vec<f64> = match &m.quantiles {
+            Some(q) => q.iter().map(|q| q.quantile).collect(),
+            None => vec![0.5, 0.9, 0.99],
+        };
+        let quantiles = wanted
+            .into_iter()
             .map(|q| {
                 let v = match recent.len() {
                     0 => f64::NAN,
@@ -86,7 +91,7 @@ fn add_timer(
                 };
                 (q, v)
             })
-            .to_vec();
+            .collect();
         let entry = families
             .entry(m.name.clone())
             .or_insert_with(|| (help, Family::Summary(BTreeMap::new())));

@@ -6,6 +6,7 @@
 //!   `ratelimit.service.config_load_success`, `ratelimit_server.ShouldRateLimit.total_requests`,
 //!   …) and the `response_time` timer;
 //! - [`key`]: which counters a compiled limit counts into, bound when a config is compiled;
+//! - [`mapper`]: statsd_exporter's mapping of statsd names;
 //! - [`exposition`]: at scrape time, each statistic's name through the mapping (once per
 //!   name) and the Prometheus text statsd_exporter would serve.
 //!
@@ -17,7 +18,6 @@
 
 pub mod exposition;
 pub mod key;
-#[path = "mapper_stub.rs"]
 pub mod mapper;
 pub mod registry;
 

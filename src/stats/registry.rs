@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
-use super::mapper::{Mapper, Mapping, StatKind, TimerType};
+use super::mapper::{Mapper, Mapping, StatKind, TimerType, DEFAULT_BUCKETS};
 
 /// Most statistics whose names come from request values (all kinds together).
 pub const MAX_DYNAMIC: usize = 10_000;
@@ -126,11 +126,6 @@ pub struct TimerShape {
     /// Multiplies samples (milliseconds) into the exposed unit.
     pub scale: f64,
 }
-
-/// client_golang's default histogram buckets, which statsd_exporter uses.
-const DEFAULT_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
 
 impl StatTimer {
     fn shape(&self, name: &str, mapper: &Mapper) -> &TimerShape {

@@ -189,7 +189,6 @@ const RULE_SERIES: &[&str] = &[
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the statsd_exporter mapper of branch mapper (src/stats/mapper_stub.rs maps nothing)"]
 async fn envoy_gateways_mapping_gives_its_dashboards_series() {
     let r = start(Some(EG_MAPPING)).await;
     script(&r).await;
@@ -209,7 +208,6 @@ async fn envoy_gateways_mapping_gives_its_dashboards_series() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the statsd_exporter mapper of branch mapper (src/stats/mapper_stub.rs maps nothing)"]
 async fn without_a_mapping_file_the_default_mapping_applies() {
     let r = start(Some("/nonexistent/statsd-exporter/conf.yaml")).await;
     script(&r).await;
