@@ -29,6 +29,8 @@ pub struct AdminState<S> {
     pub ready_needs_config: bool,
     /// The xDS server and what it last sent, when the config comes over xDS.
     pub xds: Option<(String, Arc<XdsState>)>,
+    /// `/metrics` is also served here (envoyproxy/ratelimit's `PROMETHEUS_PATH`).
+    pub metrics_path: String,
 }
 
 /// The admin routes; `POST /json` (it charges real counters with caller-chosen hits) only
@@ -40,6 +42,10 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool) -> Router {
         .route("/healthz", get(|| async { "OK" }))
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/metrics", get(metrics::<S>));
+    let router = match state.metrics_path.as_str() {
+        "/metrics" | "" => router,
+        path => router.route(path, get(metrics::<S>)),
+    };
     let router = if json {
         router.route("/json", post(json_endpoint::<S>))
     } else {
@@ -93,14 +99,8 @@ async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
 }
 
 async fn metrics<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        st.limiter.metrics().render(),
-    )
-        .into_response()
+    let (content_type, body) = st.limiter.metrics().exposition();
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 /// The compiled limits; headers say which reload attempt this is and, when the last attempt

@@ -76,6 +76,21 @@ pub struct ServeArgs {
     /// Also serve the admin endpoints (/metrics) here, e.g. a dedicated metrics port.
     #[arg(long, env = "TOLLGATE_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Also serve /metrics under this path on every admin address (envoyproxy/ratelimit's
+    /// PROMETHEUS_PATH).
+    #[arg(long, env = "TOLLGATE_METRICS_PATH", default_value = "/metrics", value_parser = metrics_path)]
+    pub metrics_path: String,
+    /// No envoyproxy/ratelimit statistics (the `ratelimit_*` series) at all; /metrics then
+    /// serves tollgate's own metrics only, as OpenMetrics.
+    #[arg(long, env = "TOLLGATE_DISABLE_STATS")]
+    pub disable_stats: bool,
+    /// A statsd_exporter mapping file that names envoyproxy/ratelimit's statistics on
+    /// /metrics. Default: envoyproxy/ratelimit's built-in mapping.
+    #[arg(long, env = "TOLLGATE_PROMETHEUS_MAPPER")]
+    pub prometheus_mapper: Option<PathBuf>,
+    /// envoyproxy/ratelimit's near_limit statistic counts hits above this share of a limit.
+    #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = near_limit_ratio)]
+    pub near_limit_ratio: f32,
     /// Serve POST /json on the admin port. It charges real counters with caller-chosen hits
     /// and is unauthenticated: off by default.
     #[arg(long, env = "TOLLGATE_ADMIN_JSON")]
@@ -513,6 +528,37 @@ pub fn parse_bytes(text: &str) -> Result<usize, FlagValueError> {
         .and_then(|size| usize::try_from(size.as_u64()).ok())
         .filter(|&n| n > 0)
         .ok_or_else(|| FlagValueError::Size(text.to_string()))
+}
+
+/// `--metrics-path`: an absolute path no other admin route uses.
+fn metrics_path(text: &str) -> Result<String, StatsFlagError> {
+    const TAKEN: [&str; 5] = ["/healthcheck", "/readyz", "/healthz", "/rlconfig", "/json"];
+    if !text.starts_with('/') || text.contains(['?', '#', '{', '}', '*', ':']) {
+        return Err(StatsFlagError::Path);
+    }
+    if TAKEN.contains(&text) {
+        return Err(StatsFlagError::PathTaken(text.to_string()));
+    }
+    Ok(text.to_string())
+}
+
+/// A bad `--metrics-path` or `--near-limit-ratio`.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsFlagError {
+    #[error("expected a path such as /metrics")]
+    Path,
+    #[error("{0} is another admin endpoint")]
+    PathTaken(String),
+    #[error("expected a number from 0 to 1")]
+    Ratio,
+}
+
+/// `--near-limit-ratio`: from 0 to 1.
+fn near_limit_ratio(text: &str) -> Result<f32, StatsFlagError> {
+    match text.parse::<f32>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(StatsFlagError::Ratio),
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! ones whose silent omission would change answers or security are errors.
 
 mod error;
+mod stats;
 mod tracing;
 mod xds;
 
@@ -40,14 +41,12 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
     "REDIS_POOL_ON_EMPTY_BEHAVIOR",
     "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
-    "NEAR_LIMIT_RATIO",
     "STATSD_HOST",
     "STATSD_PORT",
     "GOSTATS_FLUSH_INTERVAL_SECONDS",
     "EXTRA_TAGS",
     "USE_DOG_STATSD",
     "USE_DOG_STATSD_MOGRIFIERS",
-    "PROMETHEUS_PATH",
     "GRPC_UDS",
     "DEBUG_LOG_HEADERS",
     "MEMCACHE_HOST_PORT",
@@ -111,7 +110,8 @@ pub fn translate(
         "debug-addr",
         &addr(get("DEBUG_HOST"), get("DEBUG_PORT"), 6070),
     );
-    if flag_bool("USE_PROMETHEUS")?.unwrap_or(false) {
+    let use_prometheus = flag_bool("USE_PROMETHEUS")?.unwrap_or(false);
+    if use_prometheus {
         let prometheus = get("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
         let (host, port) = prometheus
             .rsplit_once(':')
@@ -128,8 +128,9 @@ pub fn translate(
     }
     if flag_bool("USE_STATSD")?.unwrap_or(false) {
         t.notes.push(
-            "USE_STATSD=true: tollgate has no statsd sink; its metrics are Prometheus, on \
-             /metrics of the admin port (USE_PROMETHEUS/PROMETHEUS_ADDR add a port)"
+            "USE_STATSD=true: tollgate has no statsd sink; its metrics and envoyproxy/ratelimit's \
+             statistics are Prometheus, on /metrics of the admin port (USE_PROMETHEUS/PROMETHEUS_ADDR \
+             add a port)"
                 .into(),
         );
     }
@@ -223,20 +224,7 @@ pub fn translate(
     }
 
     tracing::translate(&mut t, &get, &flag_bool)?;
-
-    if let Some(mapper) = get("PROMETHEUS_MAPPER_YAML") {
-        // Envoy Gateway mounts its mapping ConfigMap `optional: true`: a missing file is normal.
-        if std::path::Path::new(&mapper).exists() {
-            t.notes.push(format!(
-                "PROMETHEUS_MAPPER_YAML={mapper}: tollgate does not read statsd mapping files \
-                 yet; its metrics keep their tollgate_* names"
-            ));
-        } else {
-            t.notes.push(format!(
-                "PROMETHEUS_MAPPER_YAML={mapper}: no such file; the default metric names apply"
-            ));
-        }
-    }
+    stats::translate(&mut t, &get, &flag_bool, use_prometheus)?;
     let unused: Vec<&str> = NOT_IMPLEMENTED
         .iter()
         .copied()

@@ -27,6 +27,7 @@ pub mod service;
 pub mod serving;
 pub mod settings;
 pub mod shutdown;
+pub mod stats;
 pub mod store;
 pub mod telemetry;
 pub mod transport;

@@ -185,6 +185,9 @@ pub struct Limit {
     pub key_suffix: String,
     /// The `limit` label of its metrics: its name, else its rule's path (`domain.key_value`).
     pub metric_label: String,
+    /// Its rule's envoyproxy/ratelimit statistics (bound when the config is compiled with
+    /// statistics on; `None` for an override or without them).
+    pub stats: Option<std::sync::Arc<crate::stats::key::LimitStats>>,
 }
 
 impl Limit {
@@ -201,6 +204,7 @@ impl Limit {
             lease: 0,
             replaces: Vec::new(),
             key_suffix,
+            stats: None,
         }
     }
 

@@ -14,6 +14,8 @@ use tollgate::query;
 use tollgate::server::{self, ConfigSource, ServerOptions};
 use tollgate::settings::{HeaderNames, Settings};
 use tollgate::shutdown::Shutdown;
+use tollgate::stats::mapper::Mapper;
+use tollgate::stats::Statistics;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
 use tollgate::telemetry;
@@ -155,7 +157,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.disabled {
         tracing::warn!("--disabled: every request is answered OK without a decision");
     }
-    let metrics = Arc::new(Metrics::new());
+    let statistics = match args.disable_stats {
+        true => None,
+        false => Some(Arc::new(Statistics::new(
+            read_mapper(args.prometheus_mapper.as_deref())?,
+            args.near_limit_ratio,
+        ))),
+    };
+    let metrics = Arc::new(match &statistics {
+        Some(s) => Metrics::new().with_statistics(s.clone()),
+        None => Metrics::new(),
+    });
     let opts = ServerOptions {
         grpc_addr: args.grpc_addr,
         http_addr: args.http_addr,
@@ -192,7 +204,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             merge_domains: args.merge_domains,
             files: args.config_files,
             usage_domains: args.usage_domains.clone().unwrap_or_default(),
+            stats: statistics,
         },
+        metrics_path: args.metrics_path.clone(),
         settings,
         reload_interval: args.config_reload_interval.0,
         drain_delay: args.drain_delay,
@@ -245,4 +259,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     running.wait().await
+}
+
+/// `--prometheus-mapper`: the mapping file, parsed (an error names the file and line).
+fn read_mapper(path: Option<&std::path::Path>) -> anyhow::Result<Option<Mapper>> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("--prometheus-mapper {}: {e}", path.display()))?;
+    Mapper::parse(&text, &path.display().to_string())
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("statsd mapping file {e}"))
 }

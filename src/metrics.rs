@@ -210,6 +210,8 @@ pub struct Metrics {
     pub lease_local: Counter,
     pub replica_reads: Counter,
     domains: RwLock<HashMap<String, Arc<DomainMetrics>>>,
+    /// envoyproxy/ratelimit's statistics, served beside these (`--disable-stats`: `None`).
+    pub statistics: Option<Arc<crate::stats::Statistics>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -402,7 +404,14 @@ impl Metrics {
             lease_local,
             replica_reads,
             domains: RwLock::new(HashMap::new()),
+            statistics: None,
         }
+    }
+
+    /// These metrics and envoyproxy/ratelimit's `statistics`.
+    pub fn with_statistics(mut self, statistics: Arc<crate::stats::Statistics>) -> Metrics {
+        self.statistics = Some(statistics);
+        self
     }
 
     /// The counters of `domain` (a configured domain, or [`UNKNOWN_DOMAIN`]).
@@ -486,6 +495,12 @@ impl Metrics {
 
     /// A config reload attempt.
     pub fn config_reload(&self, success: bool) {
+        if let Some(s) = &self.statistics {
+            s.service(match success {
+                true => crate::stats::registry::ServiceEvent::ConfigLoadSuccess,
+                false => crate::stats::registry::ServiceEvent::ConfigLoadError,
+            });
+        }
         let result = if success { "success" } else { "failure" };
         self.config_reloads
             .get_or_create(&ResultLabels {
@@ -511,5 +526,22 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// What `/metrics` serves and its content type: OpenMetrics without envoyproxy's
+    /// statistics; with them, Prometheus text 0.0.4 (their counters keep statsd_exporter's
+    /// names, without the `_total` OpenMetrics requires), tollgate's series first.
+    pub fn exposition(&self) -> (&'static str, String) {
+        let om = self.render();
+        let Some(stats) = &self.statistics else {
+            return (
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                om,
+            );
+        };
+        let mut out = String::with_capacity(om.len() + 4096);
+        crate::stats::exposition::openmetrics_to_text(&om, &mut out);
+        crate::stats::exposition::render(stats, &mut out);
+        ("text/plain; version=0.0.4; charset=utf-8", out)
     }
 }

@@ -50,6 +50,8 @@ pub struct ServerOptions {
     pub extra_admin_addrs: Vec<SocketAddr>,
     /// Serve `POST /json` (it charges real counters with caller-chosen hits; off by default).
     pub admin_json: bool,
+    /// `/metrics` also under this path.
+    pub metrics_path: String,
     pub transport: Transport,
     pub config: ConfigSource,
     pub load: LoadOptions,
@@ -280,6 +282,7 @@ async fn start_serving(
             ready,
             ready_needs_config: opts.ready_needs_config,
             xds: xds_state,
+            metrics_path: opts.metrics_path.clone(),
         }),
         opts.admin_json,
     );

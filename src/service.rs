@@ -27,6 +27,8 @@ use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::{plan, Plan, PlannedCharge, Role};
 use crate::respond::response;
 use crate::settings::{FailureMode, Settings};
+use crate::stats::registry::{Observation, ServiceEvent};
+use crate::stats::{key, Statistics};
 use crate::store::error::Cause;
 use crate::store::memory::MemoryStore;
 use crate::store::{ChargeOutcome, Store, StoreError};
@@ -142,10 +144,15 @@ impl<S: Store> RateLimiter<S> {
                 self.settings.max_in_flight
             )));
         };
+        if let Some(stats) = self.statistics().filter(|_| !known) {
+            stats.domain_not_found(&req.domain, req.descriptors.len() as u64);
+        }
         let result = self.decide(req, &config, policy, &domain).await;
-        self.metrics
-            .decision_duration
-            .observe(started.elapsed().as_secs_f64());
+        let elapsed = started.elapsed().as_secs_f64();
+        self.metrics.decision_duration.observe(elapsed);
+        if let Some(stats) = self.statistics() {
+            stats.call(elapsed * 1000.0);
+        }
         result
     }
 
@@ -158,6 +165,9 @@ impl<S: Store> RateLimiter<S> {
     ) -> Result<RateLimitResponse, CallError> {
         let invalid = |m: String| {
             self.metrics.request(domain, RequestCode::Invalid);
+            if let Some(stats) = self.statistics() {
+                stats.service(ServiceEvent::ServiceError);
+            }
             CallError::InvalidArgument(m)
         };
         validate(req, &self.settings.bounds).map_err(|e| invalid(e.to_string()))?;
@@ -237,6 +247,9 @@ impl<S: Store> RateLimiter<S> {
             tracing::warn!(%error, cause, policy = policy.name(), suppressed, "store failed");
         }
         self.metrics.store_failure(policy.name(), cause);
+        if let Some(stats) = self.statistics() {
+            stats.service(ServiceEvent::StoreError);
+        }
         telemetry::annotate(|| {
             vec![
                 KeyValue::new("error.type", cause),
@@ -312,6 +325,9 @@ impl<S: Store> RateLimiter<S> {
             Code::OverLimit => RequestCode::OverLimit,
         };
         self.metrics.request(domain, code);
+        if let Some(stats) = self.statistics() {
+            count_statistics(stats, req, plan, outcomes, decision, &self.settings);
+        }
         for (c, o) in plan.charges.iter().zip(outcomes) {
             let capacity = c.limit.params.capacity();
             let used = capacity.saturating_sub(o.remaining);
@@ -359,7 +375,60 @@ impl<S: Store> RateLimiter<S> {
         &self.metrics
     }
 
+    fn statistics(&self) -> Option<&Statistics> {
+        self.metrics.statistics.as_deref()
+    }
+
     pub fn store(&self) -> &Arc<S> {
         &self.store
+    }
+}
+
+/// envoyproxy/ratelimit's statistics for one decided request: each charge counts into its
+/// rule's statistics, in hits, with the limit's usage before and after (for a charge that
+/// did not land, what it would have been).
+fn count_statistics(
+    stats: &Statistics,
+    req: &RateLimitRequest,
+    plan: &Plan<'_>,
+    outcomes: &[ChargeOutcome],
+    decision: &Decision<'_>,
+    settings: &Settings,
+) {
+    let verdict = decision::plan_verdict(plan, outcomes);
+    let ratio = stats.near_limit_ratio();
+    for (c, o) in plan.charges.iter().zip(outcomes) {
+        let limit = c.limit.params.capacity();
+        let overdraft = c.limit.params.overdraft;
+        let landed =
+            settings.count_rejected || (verdict.lands(overdraft) && (o.allowed || overdraft));
+        let used = limit.saturating_sub(o.remaining);
+        let (before, after) = match landed {
+            true => (used.saturating_sub(c.cost), used),
+            false => (used, used.saturating_add(c.cost)),
+        };
+        let observation = Observation {
+            hits: c.cost,
+            limit,
+            before,
+            after,
+            over: !o.allowed,
+            shadow: c.role == Role::Shadow,
+        };
+        let entries = req
+            .descriptors
+            .get(c.descriptor)
+            .map_or(&[][..], |d| &d.entries[..]);
+        match &c.limit.stats {
+            Some(binding) => binding.with(entries, stats, |s| s.observe(observation, ratio)),
+            None => {
+                if let Some(s) = stats.dynamic(&key::override_name(&req.domain, entries)) {
+                    s.observe(observation, ratio);
+                }
+            }
+        }
+    }
+    if settings.global_shadow && decision.statuses.iter().any(|s| s.code == Code::OverLimit) {
+        stats.service(ServiceEvent::GlobalShadowMode);
     }
 }

@@ -19,6 +19,8 @@ pub struct LoadOptions {
     pub files: FileSelection,
     /// Domains whose limits all record usage after the fact (`--usage-domains`).
     pub usage_domains: UsageDomains,
+    /// envoyproxy/ratelimit's statistics, bound to each compiled rule (`None`: off).
+    pub stats: Option<std::sync::Arc<crate::stats::Statistics>>,
 }
 
 /// Which files of a config directory are read (subdirectories never are).
@@ -82,7 +84,10 @@ pub fn compile_sources(
 ) -> Result<Config, ConfigError> {
     let mut config = Config::default();
     for (name, text) in sources {
-        let domain = compile_file(name, text, &opts.usage_domains)?;
+        let mut domain = compile_file(name, text, &opts.usage_domains)?;
+        if let Some(stats) = &opts.stats {
+            crate::stats::key::bind(&mut domain, stats);
+        }
         add_domain(&mut config, domain, name, opts)?;
     }
     Ok(config)

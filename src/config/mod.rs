@@ -194,6 +194,16 @@ impl Level {
         out
     }
 
+    /// Every rule of this level, to change (in no particular order).
+    pub(crate) fn rules_mut(&mut self) -> impl Iterator<Item = &mut Rule> {
+        self.keys.values_mut().flat_map(|r| {
+            r.exact
+                .values_mut()
+                .chain(r.wildcards.iter_mut())
+                .chain(r.any.iter_mut())
+        })
+    }
+
     /// Adds a rule; a duplicate is refused with its composite key.
     fn insert(&mut self, rule: Rule) -> Result<(), DuplicateKey> {
         let rules = self.keys.entry(rule.key.clone()).or_default();

@@ -7,6 +7,7 @@ mod support;
 mod config_validation;
 mod dropin;
 mod envoy_gateway_configs;
+mod envoyproxy_stats;
 mod fallback;
 mod grpc;
 mod layout;

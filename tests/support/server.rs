@@ -186,6 +186,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         extra_admin_addrs: Vec::new(),
         admin_json: opts.admin_json,
+        metrics_path: "/metrics".into(),
         transport: Transport::default(),
         config: ConfigSource::Files(if opts.config_dir {
             config.dir.clone()

@@ -49,7 +49,10 @@ pub fn compile_resources(
         let resource = RateLimitConfig::decode(any.value.as_slice())
             .map_err(|error| ResourceError::Undecodable { index, error })?;
         let label = label(&resource);
-        let domain = compile_raw(&label, raw_file(resource), &opts.usage_domains)?;
+        let mut domain = compile_raw(&label, raw_file(resource), &opts.usage_domains)?;
+        if let Some(stats) = &opts.stats {
+            crate::stats::key::bind(&mut domain, stats);
+        }
         add_domain(&mut config, domain, &label, opts)?;
     }
     Ok(config)

@@ -1,0 +1,29 @@
+//! envoyproxy/ratelimit's statistics, under its names and counting rules, served as
+//! Prometheus through a statsd_exporter mapping file (`--prometheus-mapper`, or
+//! envoyproxy/ratelimit's default mapping) beside tollgate's own `tollgate_*` metrics.
+//!
+//! - [`registry`]: the counters, by statsd name (`ratelimit.service.rate_limit.<key>.over_limit`,
+//!   `ratelimit.service.config_load_success`, `ratelimit_server.ShouldRateLimit.total_requests`,
+//!   …) and the `response_time` timer;
+//! - [`key`]: which counters a compiled limit counts into, bound when a config is compiled;
+//! - [`mapper`]: statsd_exporter's mapping of statsd names;
+//! - [`exposition`]: at scrape time, each statistic's name through the mapping (once per
+//!   name) and the Prometheus text statsd_exporter would serve.
+//!
+//! For a statsd sink (`USE_STATSD`, not built yet): [`registry::Statistics::visit`] gives
+//! every counter's statsd name, kind and cumulative value (a flusher keeps the last values
+//! it sent and sends the differences every `STATS_FLUSH_INTERVAL`), and
+//! [`registry::Statistics::keep_timer_samples`] then [`registry::StatTimer::drain`] give
+//! the timer's samples (milliseconds) since the last flush.
+
+pub mod exposition;
+pub mod key;
+pub mod mapper;
+pub mod registry;
+
+pub use registry::Statistics;
+
+/// What multiplies a timer's milliseconds into the unit a mapping exposes.
+fn mapper_scale(mapped: &mapper::Mapped) -> f64 {
+    mapped.scale.unwrap_or(1.0)
+}
