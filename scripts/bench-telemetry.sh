@@ -3,7 +3,9 @@
 # of scripts/bench.sh, for three builds/settings run in alternation (single runs on a 2-core box
 # vary by ±15%, so the medians of ROUNDS alternating runs are compared):
 #   before   - BEFORE_BIN, a build from before the prometheus-client metrics (optional)
-#   metrics  - this build, tracing off (OTEL_* unset: no tracer is created)
+#   nostats  - this build without envoyproxy/ratelimit's statistics (--disable-stats), tracing off
+#   metrics  - this build, tracing off (OTEL_* unset: no tracer is created), statistics on (the
+#              default); metrics vs nostats is what the statistics cost per decision
 #   tracing  - this build, OTLP tracing on at 1% sampling (parentbased_traceidratio 0.01)
 #
 #   scripts/bench-telemetry.sh [ROUNDS] [BEFORE_BIN] [AFTER_BIN]
@@ -49,6 +51,7 @@ closed=$(free_port)
 declare -A RESULTS
 for r in $(seq 1 "$ROUNDS"); do
   if [ -n "$BEFORE" ]; then RESULTS[before]+="$(one before "$BEFORE") "; fi
+  RESULTS[nostats]+="$(one nostats "$TG" TOLLGATE_DISABLE_STATS=true) "
   RESULTS[metrics]+="$(one metrics "${AFTER:-$TG}") "
   RESULTS[tracing]+="$(one tracing "$TG" OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$closed" \
     OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.01) "
@@ -58,7 +61,7 @@ done
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "| build / setting | decisions per tollgate CPU-s, $ROUNDS alternating runs | median |"
 echo "|---|---|---|"
-for k in before metrics tracing; do
+for k in before nostats metrics tracing; do
   [ -n "${RESULTS[$k]:-}" ] || continue
   echo "| $k | ${RESULTS[$k]} | $(echo "${RESULTS[$k]}" | median) |"
 done
