@@ -13,6 +13,7 @@ mod layout;
 mod metrics;
 mod readme;
 mod redis_tls;
+mod statsd;
 mod tracing;
 mod wire;
 mod xds;
