@@ -14,6 +14,7 @@
 //! failure is logged at most once per ten seconds.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
@@ -214,25 +215,24 @@ impl Flusher {
     async fn resolve(&mut self) {
         let resolved = tokio::net::lookup_host(self.addr.as_str())
             .await
-            .map_err(|e| e.to_string())
-            .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()));
+            .and_then(|mut a| a.next().ok_or_else(|| io::Error::other("no address")));
         match resolved.and_then(connect) {
             Ok(client) => self.client = Some(client),
-            Err(e) => failed(&self.addr, &e),
+            Err(e) => failed(&self.addr, &e.to_string()),
         }
     }
 }
 
 /// A non-blocking UDP socket and cadence's buffered sink towards `to`.
-fn connect(to: SocketAddr) -> Result<StatsdClient, String> {
+fn connect(to: SocketAddr) -> io::Result<StatsdClient> {
     let local: SocketAddr = match to {
         SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
         SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    let socket = UdpSocket::bind(local).map_err(|e| e.to_string())?;
-    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let socket = UdpSocket::bind(local)?;
+    socket.set_nonblocking(true)?;
     let sink =
-        BufferedUdpMetricSink::with_capacity(to, socket, DATAGRAM).map_err(|e| e.to_string())?;
+        BufferedUdpMetricSink::with_capacity(to, socket, DATAGRAM).map_err(io::Error::other)?;
     Ok(StatsdClient::from_sink("", sink))
 }
 
