@@ -91,6 +91,8 @@ pub struct ServeArgs {
     /// envoyproxy/ratelimit's near_limit statistic counts hits above this share of a limit.
     #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = near_limit_ratio)]
     pub near_limit_ratio: f32,
+    #[command(flatten)]
+    pub statsd: crate::stats::statsd::StatsdArgs,
     /// Serve POST /json on the admin port. It charges real counters with caller-chosen hits
     /// and is unauthenticated: off by default.
     #[arg(long, env = "TOLLGATE_ADMIN_JSON")]

@@ -41,11 +41,7 @@ const NOT_IMPLEMENTED: &[&str] = &[
     "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
     "REDIS_POOL_ON_EMPTY_BEHAVIOR",
     "REDIS_POOL_ON_EMPTY_WAIT_DURATION",
-    "STATSD_HOST",
-    "STATSD_PORT",
     "GOSTATS_FLUSH_INTERVAL_SECONDS",
-    "EXTRA_TAGS",
-    "USE_DOG_STATSD",
     "USE_DOG_STATSD_MOGRIFIERS",
     "GRPC_UDS",
     "DEBUG_LOG_HEADERS",
@@ -124,14 +120,6 @@ pub fn translate(
                 Some(port.into()),
                 9090,
             ),
-        );
-    }
-    if flag_bool("USE_STATSD")?.unwrap_or(false) {
-        t.notes.push(
-            "USE_STATSD=true: tollgate has no statsd sink; its metrics and envoyproxy/ratelimit's \
-             statistics are Prometheus, on /metrics of the admin port (USE_PROMETHEUS/PROMETHEUS_ADDR \
-             add a port)"
-                .into(),
         );
     }
     if let Some(age) = get("GRPC_MAX_CONNECTION_AGE") {

@@ -204,7 +204,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             merge_domains: args.merge_domains,
             files: args.config_files,
             usage_domains: args.usage_domains.clone().unwrap_or_default(),
-            stats: statistics,
+            stats: statistics.clone(),
         },
         metrics_path: args.metrics_path.clone(),
         settings,
@@ -216,6 +216,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let shutdown = Shutdown::new();
     shutdown.on_signals();
+    let statsd = tollgate::stats::statsd::spawn(&args.statsd, statistics.clone(), shutdown.clone());
     let running = match &args.redis_url {
         None => {
             let store = MemoryStore::new(Arc::new(SystemClock))
@@ -258,7 +259,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             server::start(opts, store.into(), shutdown).await?
         }
     };
-    running.wait().await
+    running.wait().await?;
+    if let Some(statsd) = statsd {
+        // Its last flush, briefly.
+        let _ = tokio::time::timeout(Duration::from_secs(1), statsd).await;
+    }
+    Ok(())
 }
 
 /// `--prometheus-mapper`: the mapping file, parsed (an error names the file and line).

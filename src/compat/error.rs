@@ -22,6 +22,8 @@ pub enum CompatError {
     XdsMessageSize(String),
     #[error("PROMETHEUS_ADDR={0}: expected host:port or :port")]
     PrometheusAddr(String),
+    #[error("STATSD_PORT={0}: expected a port number")]
+    StatsdPort(String),
     /// `GRPC_SERVER_USE_TLS=true` without the certificate or key variable.
     #[error("GRPC_SERVER_USE_TLS=true needs {0}")]
     TlsNeeds(&'static str),

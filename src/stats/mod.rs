@@ -10,16 +10,17 @@
 //! - [`exposition`]: at scrape time, each statistic's name through the mapping (once per
 //!   name) and the Prometheus text statsd_exporter would serve.
 //!
-//! For a statsd sink (`USE_STATSD`, not built yet): [`registry::Statistics::visit`] gives
-//! every counter's statsd name, kind and cumulative value (a flusher keeps the last values
-//! it sent and sends the differences every `STATS_FLUSH_INTERVAL`), and
-//! [`registry::Statistics::keep_timer_samples`] then [`registry::StatTimer::drain`] give
-//! the timer's samples (milliseconds) since the last flush.
+//! - [`statsd`]: the statsd sink (`--statsd`, `USE_STATSD`): [`registry::Statistics::visit`]
+//!   gives every counter's statsd name and cumulative value (the flusher keeps the last
+//!   values it sent and sends the differences every `--statsd-flush-interval`), and
+//!   [`registry::Statistics::keep_timer_samples`] then [`registry::StatTimer::drain`] give
+//!   the timer's samples (milliseconds) since the last flush.
 
 pub mod exposition;
 pub mod key;
 pub mod mapper;
 pub mod registry;
+pub mod statsd;
 
 pub use registry::Statistics;
 

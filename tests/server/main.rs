@@ -14,6 +14,7 @@ mod layout;
 mod metrics;
 mod readme;
 mod redis_tls;
+mod statsd;
 mod tracing;
 mod wire;
 mod xds;
