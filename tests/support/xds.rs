@@ -40,6 +40,8 @@ pub struct Snapshot {
 pub struct Received {
     pub request: DiscoveryRequest,
     pub headers: Vec<(String, String)>,
+    /// When the control plane received it (for the propagation measurements).
+    pub at: std::time::Instant,
 }
 
 impl Received {
@@ -276,6 +278,7 @@ impl AggregatedDiscoveryService for Ads {
                         log.received.lock().expect("log").push(Received {
                             request,
                             headers: headers.clone(),
+                            at: std::time::Instant::now(),
                         });
                         log.changed.notify_waiters();
                         if !first {
