@@ -5,8 +5,9 @@
 //! serve --config-xds` child on the memory store. The config is one domain, `xdsbench`, with
 //! N descriptor entries `k=v0` … `k=v{N-1}`, each with its own limit; `k=v0` is the probe,
 //! alternately open (10^9 an hour) and closed (0 an hour: every decision OVER_LIMIT). While
-//! `--clients` gRPC clients decide in a closed loop (half of them the probe, half random other
-//! entries, each client on its own connection), every run publishes the next version with the
+//! `--clients` gRPC clients decide (half of them the probe, half random other entries, each
+//! client on its own connection; in a closed loop, or together `--rate` decisions a second,
+//! evenly paced), every run publishes the next version with the
 //! probe flipped and records:
 //!
 //! - *propagation*: from the publish (`Snapshot::at`, taken as the control plane hands the
@@ -24,7 +25,7 @@
 //! that is compile work.
 //!
 //! Run by `scripts/bench-xds.sh`, or
-//! `cargo bench --bench xds_propagation -- --tollgate target/release/tollgate [--sizes 1,100,10000] [--runs 20,20,10] [--clients 4]`.
+//! `cargo bench --bench xds_propagation -- --tollgate target/release/tollgate [--sizes 1,100,10000] [--runs 20,20,10] [--clients 4] [--rate 0]`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -76,6 +77,8 @@ struct Args {
     sizes: Vec<usize>,
     runs: Vec<usize>,
     clients: usize,
+    /// Decisions a second, all clients together; 0: a closed loop.
+    rate: f64,
     /// `--compile-only REPS`: only compile each size's update REPS times in this process (no
     /// tollgate, no control plane), for a profiler.
     compile_only: Option<usize>,
@@ -87,6 +90,7 @@ fn args() -> Args {
         sizes: vec![1, 100, 10_000],
         runs: vec![20, 20, 10],
         clients: 4,
+        rate: 0.0,
         compile_only: None,
     };
     let list = |v: String| -> Vec<usize> {
@@ -102,11 +106,12 @@ fn args() -> Args {
             "--sizes" => a.sizes = list(value()),
             "--runs" => a.runs = list(value()),
             "--clients" => a.clients = value().parse().expect("--clients N"),
+            "--rate" => a.rate = value().parse().expect("--rate DECISIONS_PER_SECOND"),
             "--compile-only" => a.compile_only = Some(value().parse().expect("--compile-only REPS")),
             // `cargo bench` passes this to every bench program.
             "--bench" => {}
             other => panic!(
-                "unknown argument {other}; expected --tollgate PATH, --sizes N,N, --runs N,N, --clients N, --compile-only REPS"
+                "unknown argument {other}; expected --tollgate PATH, --sizes N,N, --runs N,N, --clients N, --rate N, --compile-only REPS"
             ),
         }
     }
@@ -178,11 +183,26 @@ impl Load {
 
 /// Client `index`: even ones ask for the probe, odd ones for a random other entry (for N = 1,
 /// `k=v1`, which no rule matches: answered OK).
-async fn client(index: usize, n: usize, channel: Channel, load: Arc<Load>) {
+/// `every`: the time between two of its calls' starts (None: each call as the last returns).
+async fn client(
+    index: usize,
+    n: usize,
+    every: Option<Duration>,
+    channel: Channel,
+    load: Arc<Load>,
+) {
     let mut client = RateLimitServiceClient::new(channel);
+    let mut pace = every.map(|d| {
+        let mut i = tokio::time::interval(d);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    });
     let probe = index.is_multiple_of(2);
     let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ index as u64;
     while !load.stop.load(Ordering::Relaxed) {
+        if let Some(pace) = pace.as_mut() {
+            pace.tick().await;
+        }
         let value = if probe {
             "v0".to_string()
         } else {
@@ -342,9 +362,10 @@ async fn size(a: &Args, n: usize, runs: usize) -> Row {
 
     let load = Arc::new(Load::default());
     let mut tasks = Vec::new();
+    let every = (a.rate > 0.0).then(|| Duration::from_secs_f64(a.clients as f64 / a.rate));
     for i in 0..a.clients {
         let channel = connect(grpc_port, &tollgate).await;
-        tasks.push(tokio::spawn(client(i, n, channel, load.clone())));
+        tasks.push(tokio::spawn(client(i, n, every, channel, load.clone())));
     }
     // Version 1 (probe open) decides before the first measured update.
     seen(&load, first.at, false, &tollgate).await;
@@ -418,8 +439,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let pacing = if a.rate > 0.0 {
+        format!("{} decisions/s in all, evenly paced", a.rate)
+    } else {
+        "a closed loop".to_string()
+    };
     println!(
-        "xDS propagation: one domain of N entries, probe flipped per run; {} clients in a closed loop (half on the probe); ms from the control plane's publish",
+        "xDS propagation: one domain of N entries, probe flipped per run; {} clients (half on the probe), {pacing}; ms from the control plane's publish",
         a.clients
     );
     println!();
