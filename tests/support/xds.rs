@@ -175,7 +175,14 @@ impl ControlPlane {
                         .max_decoding_message_size(64 << 20)
                         .max_encoding_message_size(64 << 20),
                 )
-                .serve_with_incoming(TcpListenerStream::new(listener))
+                .serve_with_incoming(TcpListenerStream::new(listener).map(|s| {
+                    // As go-control-plane's (Go's) sockets: a response's last segment is not
+                    // held back (Nagle) for the ACK of the ones before it.
+                    if let Ok(s) = &s {
+                        let _ = s.set_nodelay(true);
+                    }
+                    s
+                }))
                 .await;
         });
         self.runtime = Some(rt);
