@@ -22,7 +22,7 @@ WORKDIR /build
 
 # 1. Dependencies only. This layer is rebuilt only when a manifest, the lock file, build.rs or
 #    the protos change, not on every source edit. The dummy sources give cargo every target the
-#    workspace's manifests declare: the root package's library, binary and `[[bench]] decide`,
+#    workspace's manifests declare: the root package's library, binary and `[[bench]]` targets,
 #    and the tollgate-bench member's library and binary.
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY tollgate-bench/Cargo.toml ./tollgate-bench/
@@ -32,6 +32,7 @@ RUN mkdir -p src benches tollgate-bench/src \
     && echo '' > src/lib.rs \
     && echo 'fn main() {}' > benches/decide.rs \
     && echo 'fn main() {}' > benches/local_cache.rs \
+    && echo 'fn main() {}' > benches/xds_propagation.rs \
     && echo 'fn main() {}' > tollgate-bench/src/main.rs \
     && echo '' > tollgate-bench/src/lib.rs \
     && cargo build --profile dist --locked -p tollgate --bin tollgate \
