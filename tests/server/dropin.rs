@@ -5,7 +5,7 @@
 //! documented; gRPC serves TLS and mutual TLS.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use tollgate::settings::Settings;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::metrics::{scrape_url, value};
-use crate::support::binary::{Binary, Start, BIN};
+use crate::support::binary::{ratelimit_symlink, Binary, Start, BIN};
 use crate::support::pki::Pki;
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
@@ -35,13 +35,6 @@ descriptors:
       unit: minute
       requests_per_unit: 100
 ";
-
-/// A temp directory holding a `ratelimit` symlink to the test binary.
-fn ratelimit_symlink(dir: &Path) -> PathBuf {
-    let link = dir.join("ratelimit");
-    std::os::unix::fs::symlink(BIN, &link).expect("symlink ratelimit -> tollgate");
-    link
-}
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs

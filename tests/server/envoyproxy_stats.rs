@@ -6,7 +6,7 @@
 
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 
-use crate::support::binary::{Binary, Start, BIN};
+use crate::support::binary::{Binary, BIN};
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
 
@@ -47,8 +47,6 @@ async fn start(mapper: Option<&str>) -> Running {
     let config_dir = scratch.dir.join("data/ratelimit/config");
     std::fs::create_dir_all(&config_dir).expect("config dir");
     std::fs::write(config_dir.join("config.yaml"), CONFIG).expect("config");
-    let program = scratch.dir.join("ratelimit");
-    std::os::unix::fs::symlink(BIN, &program).expect("symlink");
     let (http_port, grpc_port, metrics_port) = (free_port(), free_port(), free_port());
     let mut env = vec![
         ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
@@ -67,16 +65,8 @@ async fn start(mapper: Option<&str>) -> Running {
     if let Some(m) = mapper {
         env.push(("PROMETHEUS_MAPPER_YAML", m.to_string()));
     }
-    let mut binary = Binary::start(Start {
-        program: &program,
-        args: Vec::new(),
-        env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-        clear_env: true,
-        grpc_port,
-        http_port,
-        log_path: Some(scratch.dir.join("ratelimit.log")),
-    })
-    .await;
+    let env = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let mut binary = Binary::as_ratelimit(&scratch.dir, env, grpc_port, http_port).await;
     binary.wait_ready().await;
     Running {
         binary,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 
-use crate::support::binary::{Binary, Start, BIN};
+use crate::support::binary::Binary;
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
 
@@ -34,8 +34,6 @@ async fn start(statsd: &[(&str, &str)]) -> Running {
     let config_dir = scratch.dir.join("data/ratelimit/config");
     std::fs::create_dir_all(&config_dir).expect("config dir");
     std::fs::write(config_dir.join("config.yaml"), CONFIG).expect("config");
-    let program = scratch.dir.join("ratelimit");
-    std::os::unix::fs::symlink(BIN, &program).expect("symlink");
     let (http_port, grpc_port) = (free_port(), free_port());
     let mut env: Vec<(String, String)> = [
         ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
@@ -52,16 +50,7 @@ async fn start(statsd: &[(&str, &str)]) -> Running {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     env.extend(statsd.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let mut binary = Binary::start(Start {
-        program: &program,
-        args: Vec::new(),
-        env,
-        clear_env: true,
-        grpc_port,
-        http_port,
-        log_path: Some(scratch.dir.join("ratelimit.log")),
-    })
-    .await;
+    let mut binary = Binary::as_ratelimit(&scratch.dir, env, grpc_port, http_port).await;
     binary.wait_ready().await;
     Running {
         binary,

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -356,8 +356,6 @@ async fn start_as_ratelimit(tracing: Vec<(String, String)>) -> AsRatelimit {
     let config_dir = root.join("ratelimit").join("config");
     std::fs::create_dir_all(&config_dir).expect("config dir");
     std::fs::write(config_dir.join("config.yaml"), CONFIG).expect("config");
-    let program: PathBuf = scratch.dir.join("ratelimit");
-    std::os::unix::fs::symlink(BIN, &program).expect("symlink ratelimit -> tollgate");
     let (http_port, grpc_port, debug_port) = (free_port(), free_port(), free_port());
     let mut env: Vec<(String, String)> = [
         ("REDIS_SOCKET_TYPE", "tcp".to_string()),
@@ -375,16 +373,7 @@ async fn start_as_ratelimit(tracing: Vec<(String, String)>) -> AsRatelimit {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     env.extend(tracing);
-    let mut binary = Binary::start(Start {
-        program: &program,
-        args: Vec::new(),
-        env,
-        clear_env: true,
-        grpc_port,
-        http_port,
-        log_path: Some(scratch.dir.join("ratelimit.log")),
-    })
-    .await;
+    let mut binary = Binary::as_ratelimit(&scratch.dir, env, grpc_port, http_port).await;
     binary.wait_ready().await;
     let addr: SocketAddr = format!("127.0.0.1:{grpc_port}").parse().expect("addr");
     let client = RateLimitServiceClient::new(channel(addr).await);

@@ -14,7 +14,7 @@ use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::metrics::{scrape_url, value};
-use crate::support::binary::{Binary, Start, BIN};
+use crate::support::binary::{ratelimit_symlink, Binary, Start, BIN};
 use crate::support::pki::Pki;
 use crate::support::redis::RedisServer;
 use crate::support::server::*;
@@ -97,12 +97,6 @@ fn as_nobody(program: &Path) -> Option<(PathBuf, Vec<String>)> {
             .collect();
         (setpriv, args)
     })
-}
-
-fn ratelimit_symlink(dir: &Path) -> PathBuf {
-    let link = dir.join("ratelimit");
-    std::os::unix::fs::symlink(BIN, &link).expect("symlink ratelimit -> tollgate");
-    link
 }
 
 /// A gRPC client presenting the test's client certificate, as Envoy Gateway's proxies
@@ -529,7 +523,6 @@ async fn health_waits_for_a_config_when_asked_to() {
     let scratch = TempConfig::new("");
     let mut plane = ControlPlane::start(None);
     plane.kill();
-    let program = ratelimit_symlink(&scratch.dir);
     let [http_port, grpc_port, debug_port] = ports::<3>();
     let env: Vec<(String, String)> = [
         ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
@@ -550,16 +543,7 @@ async fn health_waits_for_a_config_when_asked_to() {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let binary = Binary::start(Start {
-        program: &program,
-        args: Vec::new(),
-        env,
-        clear_env: true,
-        grpc_port,
-        http_port,
-        log_path: Some(scratch.dir.join("ratelimit.log")),
-    })
-    .await;
+    let binary = Binary::as_ratelimit(&scratch.dir, env, grpc_port, http_port).await;
     let health = || async {
         http_client()
             .get(format!("http://127.0.0.1:{http_port}/healthcheck"))

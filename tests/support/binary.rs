@@ -127,6 +127,26 @@ impl Binary {
         .await
     }
 
+    /// The binary run as envoyproxy/ratelimit's image runs it: a `ratelimit` symlink made in
+    /// `dir`, no arguments, only `env` (and `PATH`), its stderr in `dir/ratelimit.log`.
+    pub async fn as_ratelimit(
+        dir: &Path,
+        env: Vec<(String, String)>,
+        grpc_port: u16,
+        http_port: u16,
+    ) -> Binary {
+        Binary::start(Start {
+            program: &ratelimit_symlink(dir),
+            args: Vec::new(),
+            env,
+            clear_env: true,
+            grpc_port,
+            http_port,
+            log_path: Some(dir.join("ratelimit.log")),
+        })
+        .await
+    }
+
     /// The port of its gRPC listener.
     pub fn grpc_port(&self) -> u16 {
         self.grpc_url
@@ -169,4 +189,12 @@ impl Binary {
             .and_then(|p| std::fs::read_to_string(p).ok())
             .unwrap_or_default()
     }
+}
+
+/// A `ratelimit` symlink to the test binary in `dir` (argv[0] `ratelimit`: envoyproxy/
+/// ratelimit's environment is read).
+pub fn ratelimit_symlink(dir: &Path) -> PathBuf {
+    let link = dir.join("ratelimit");
+    std::os::unix::fs::symlink(BIN, &link).expect("symlink ratelimit -> tollgate");
+    link
 }
