@@ -8,6 +8,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The xDS config client (`src/config/xds/`): ADS and the rate limit config resource.
         "proto/envoy/service/discovery/v3/discovery.proto",
         "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",
+        // Concurrency slots for direct callers (`src/slots.rs`).
+        "proto/tollgate/slots/v1/slots.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
     let mut compiler = protox::Compiler::new(["proto"])?;

@@ -46,6 +46,7 @@ fn params() -> LimitParams {
         window_us: 60_000_000,
         burst: 100,
         overdraft: false,
+        calendar: None,
     }
 }
 

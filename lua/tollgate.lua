@@ -17,14 +17,21 @@
 --   test reads the `local` lines below that name them and fails when the two drift.
 --   CALL_NUMBERS numbers first: now in µs (-1: use Redis TIME, so replicas with skewed clocks
 --   agree), the number of KEYS, the mode, the quota descriptors of the whole request, n (the
---   number of charges). Then CHARGE_NUMBERS per charge: key index (1-based into KEYS),
---   algorithm, limit, window_us, burst, overdraft (0|1), cost, role (ENFORCED, SHADOW, or
---   QUOTA + d for quota descriptor d of the request). In REFUND mode REFUND_NUMBERS more per
+--   number of charges), and the request's concurrency slot id (two numbers). Then
+--   CHARGE_NUMBERS per charge: key index (1-based into KEYS), algorithm, limit, window_us,
+--   burst, overdraft (0|1), cost, role (ENFORCED, SHADOW, or QUOTA + d for quota descriptor d
+--   of the request). A calendar window (a fixed window whose window is a calendar period in a
+--   time zone, src/calendar.rs) sends -a as its window and b as its burst: a and b are two
+--   consecutive period ends around the caller's clock, and the window holding now ends at the
+--   first of them after now. A concurrency limit's window is its lease. In REFUND mode REFUND_NUMBERS more per
 --   charge, after all of those: allowed (0|1, as decided), kept (units that stay landed),
 --   amount (units to refund), mark1, mark2.
 -- Modes: DECIDE (all-or-nothing); COUNT_REJECTED (every charge lands, as
---   envoyproxy/ratelimit); DRY_RUN (answer, write nothing); REFUND (refund landed charges,
---   then answer as things stand).
+--   envoyproxy/ratelimit, but a concurrency charge only when it fits); DRY_RUN (answer, write
+--   nothing); REFUND (refund landed charges, then answer as things stand); RELEASE (free the
+--   slots the call's slot id holds on its concurrency charges; added says how many); RENEW
+--   (move their leases' end to now + the lease). In both, a concurrency charge is allowed when
+--   the id held slots on it; every other charge is allowed and touches nothing.
 --
 -- Returns "=" then, packed the same way, now and 6 numbers per charge: allowed (0|1),
 -- remaining, wait_us (-1 = never), added (units this request left in the counter), mark1,
@@ -35,7 +42,8 @@
 -- head> then <time, cost>* (oldest first, from byte head on; the bytes before it, after the
 -- 16 of <total, head>, hold forgotten entries; total is the sum of the live ones); token bucket
 -- <us, frac, born, seq, dropped> then <seq, debt_us, debt_frac>* (tat = us + frac / limit; the
--- debts later charges found).
+-- debts later charges found); concurrency <id hi, id lo, units, expires>* (the slots held, in
+-- the order taken).
 --
 -- A sliding window holds up to 1,000 granules (16 KB). Deciding reads and writes only the
 -- bytes it needs with GETRANGE, SETRANGE and APPEND: the header, the entries it forgets, the
@@ -56,9 +64,9 @@
 -- a single call).
 
 -- The layout (src/store/redis/script.rs `layout`).
-local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 5, 8, 5
-local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND = 0, 1, 2, 3
-local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET = 0, 1, 2
+local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 7, 8, 5
+local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND, RELEASE, RENEW = 0, 1, 2, 3, 4, 5
+local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY = 0, 1, 2, 3
 local ENFORCED, SHADOW, QUOTA = 0, 1, 2
 -- Where the first charge starts in a call's numbers (1-based), and the size of a charge and
 -- of a refund.
@@ -77,7 +85,7 @@ local HEADER, CHUNK, COMPACT = 16, 256, 4096
 -- The call being decided: its offset into KEYS, its packed numbers, its mode and time. Most
 -- functions capture these, `now` above all: declared last, they are found first when each
 -- function is made.
-local KO, P, nkeys, mode, quota_total, n
+local KO, P, nkeys, mode, quota_total, n, slot_hi, slot_lo
 local now
 
 -- Keys outlive their state by 1 s, so a key never disappears while a clock a little behind
@@ -87,6 +95,16 @@ local function ttl_ms(expires)
 end
 
 ---------------------------------------------------------------- fixed window: <count, end>
+
+-- The end of a window starting now (a new window's): epoch-aligned, or for a calendar window
+-- (window -a, burst b: see the top) the first of a, b after now.
+local function fixed_fresh(window, b)
+  if window > 0 then return now - (now % window) + window end
+  if now < -window then return -window end
+  if now < b then return b end
+  error('tollgate: a calendar window was sent period ends before Redis TIME ' .. now ..
+    ': clocks more than half a period apart')
+end
 
 -- Its count and end, or 0, 0 when it has none (or it has ended).
 local function fixed_read(key)
@@ -98,12 +116,12 @@ local function fixed_read(key)
   return 0, 0
 end
 
--- Writes `added` (> 0) onto a window holding count until stop (0: none, so the current
--- window starts); returns its count and end, which is the landing's mark.
-local function fixed_land(key, window, count, stop, added)
+-- Writes `added` (> 0) onto a window holding count until stop (0: none, so the window that
+-- would end at `fresh` starts); returns its count and end, which is the landing's mark.
+local function fixed_land(key, fresh, count, stop, added)
   count = count + added
   if stop == 0 then
-    stop = now - (now % window) + window
+    stop = fresh
     redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))
   else
     -- The window's key already expires at its end plus the slack: keep that expiry
@@ -116,10 +134,10 @@ end
 -- What a charge waits for: allowed, until the limit is whole (the window's end; an untouched
 -- window still reports its end); denied, until k fits (never over the limit; otherwise now, or
 -- when the window ends).
-local function fixed_wait(limit, window, count, stop, allowed, k)
+local function fixed_wait(limit, fresh, count, stop, allowed, k)
   if allowed then
     if stop > 0 then return math.max(stop - now, 0) end
-    return window - (now % window)
+    return fresh - now
   end
   if k > limit then return -1 end
   if count + k <= limit or stop == 0 then return 0 end
@@ -238,7 +256,8 @@ local function window_read(key, alg, window)
 end
 
 -- The answer to an enforced window charge (no overdraft) on its own key, from what
--- window_read() read; it lands when `lands` (it fits, and so does the rest of its call).
+-- window_read() read; it lands when `lands` (it fits, and so does the rest of its call). A
+-- fixed window's `window` is its fresh end (fixed_fresh).
 local function settle(key, alg, limit, window, cost, used, stop, head, len, lt, lc, lands)
   local k = math.max(cost, 1)
   local allowed, added, mark, wait = lands or used + k <= limit, 0, 0, 0
@@ -269,8 +288,9 @@ local function direct()
   if nkeys ~= n or not (mode == DECIDE or mode == DRY_RUN) then return nil end
   if n == 1 then
     -- The commonest call of all, with no table.
-    local ki, alg, limit, window, _, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
-    if overdraft ~= 0 or role ~= ENFORCED or alg == TOKEN_BUCKET then return nil end
+    local ki, alg, limit, window, b, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
+    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET then return nil end
+    if alg == FIXED_WINDOW then window = fixed_fresh(window, b) end
     local key = KEYS[KO + ki]
     local used, stop, from, len, lt, lc = window_read(key, alg, window)
     local lands = mode == DECIDE and used + math.max(cost, 1) <= limit
@@ -280,9 +300,10 @@ local function direct()
   local charges = {}
   local all = mode == DECIDE
   for i = 1, n do
-    local ki, alg, limit, window, _, overdraft, cost, role =
+    local ki, alg, limit, window, b, overdraft, cost, role =
       struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-    if overdraft ~= 0 or role ~= ENFORCED or alg == TOKEN_BUCKET then return nil end
+    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET then return nil end
+    if alg == FIXED_WINDOW then window = fixed_fresh(window, b) end
     local ch = { key = KEYS[KO + ki], alg = alg, limit = limit, window = window, cost = cost,
       used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0 }
     ch.used, ch.stop, ch.head, ch.len, ch.lt, ch.lc = window_read(ch.key, alg, window)
@@ -307,9 +328,68 @@ build = function()
   local CAP = 101
 
   -- Where a fixed-window landing goes: the window's end (a new window's when there is none).
-  local function fixed_mark(window, stop)
+  local function fixed_mark(fresh, stop)
     if stop > 0 then return stop end
-    return now - (now % window) + window
+    return fresh
+  end
+
+  -- Concurrency: the slots held, as entries { hi, lo, units, expires } in the order taken.
+  -- Reads the live ones and what they hold.
+  local function slots_read(key)
+    local raw = redis.call('GET', key)
+    local held, used = {}, 0
+    if raw then
+      for pos = 1, #raw, 32 do
+        local hi, lo, units, expires = struct.unpack('<dddd', raw, pos)
+        if expires > now then
+          held[#held + 1] = { hi, lo, units, expires }
+          used = used + units
+        end
+      end
+    end
+    return held, used
+  end
+
+  -- The entry of the call's slot id, or nil.
+  local function slots_find(held)
+    for i = 1, #held do
+      local h = held[i]
+      if h[1] == slot_hi and h[2] == slot_lo then return i, h end
+    end
+    return nil
+  end
+
+  -- Writes the entries held (none: the key goes); its expiry is the last lease's end.
+  local function slots_write(key, held)
+    if #held == 0 then
+      redis.call('DEL', key)
+      return
+    end
+    local parts, last = {}, 0
+    for i = 1, #held do
+      local h = held[i]
+      parts[i] = struct.pack('<dddd', h[1], h[2], h[3], h[4])
+      last = math.max(last, h[4])
+    end
+    redis.call('SET', key, table.concat(parts), 'PX', ttl_ms(last))
+  end
+
+  -- Until enough leases end for k more to fit.
+  local function slots_wait(held, limit, used, k)
+    local need = used + k - limit
+    if need <= 0 then return 0 end
+    local ends = {}
+    for i = 1, #held do ends[i] = held[i] end
+    table.sort(ends, function(x, y)
+      if x[4] ~= y[4] then return x[4] < y[4] end
+      return x[3] < y[3]
+    end)
+    local freed = 0
+    for i = 1, #ends do
+      freed = freed + ends[i][3]
+      if freed >= need then return math.max(ends[i][4] - now, 0) end
+    end
+    return 0
   end
 
   local function buckets()
@@ -511,14 +591,17 @@ build = function()
   -- their limits may differ (a request's override of a configured limit counts in the same
   -- key), so each charge carries its own, and the counter commits by its first charge's
   -- overdraft, as algorithm::batch does.
-  local function open(ki, alg, window, overdraft)
+  local function open(ki, alg, window, b, overdraft)
     local c = { key = KEYS[KO + ki], alg = alg, window = window, overdraft = overdraft,
       added = 0, used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0, s = false,
-      after = false, need = 0, commit = false }
+      after = false, need = 0, commit = false, fresh = 0, held = false }
     if alg == TOKEN_BUCKET then
       c.s = tb.read(c)
       c.after = c.s
+    elseif alg == CONCURRENCY then
+      c.held, c.used = slots_read(c.key)
     else
+      if alg == FIXED_WINDOW then c.fresh = fixed_fresh(window, b) end
       c.used, c.stop, c.head, c.len, c.lt, c.lc = window_read(c.key, alg, window)
     end
     return c
@@ -535,9 +618,13 @@ build = function()
   local function land(c, p, cost)
     if cost == 0 then return 0, 0, 0 end
     if p.alg == TOKEN_BUCKET then return tb.land(c, p, cost) end
+    if p.alg == CONCURRENCY then
+      c.added = c.added + cost
+      return cost, slot_hi, slot_lo
+    end
     local added = math.min(cost, math.max(p.cap - c.used - c.added, 0))
     c.added = c.added + added
-    if c.alg == FIXED_WINDOW then return added, fixed_mark(c.window, c.stop), 0 end
+    if c.alg == FIXED_WINDOW then return added, fixed_mark(c.fresh, c.stop), 0 end
     return added, sliding_mark(c.window, c.lt), 0
   end
 
@@ -546,7 +633,16 @@ build = function()
     local added = c.added
     c.added = 0
     if c.alg == FIXED_WINDOW then
-      c.used, c.stop = fixed_land(c.key, c.window, c.used, c.stop, added)
+      c.used, c.stop = fixed_land(c.key, c.fresh, c.used, c.stop, added)
+    elseif c.alg == CONCURRENCY then
+      local _, h = slots_find(c.held)
+      if h then
+        h[3], h[4] = h[3] + added, now + c.window
+      else
+        c.held[#c.held + 1] = { slot_hi, slot_lo, added, now + c.window }
+      end
+      c.used = c.used + added
+      slots_write(c.key, c.held)
     elseif c.alg == SLIDING_WINDOW then
       c.used, c.head, c.len, c.lt, c.lc =
         sliding_land(c.key, c.window, c.used, c.head, c.len, c.lt, c.lc, added)
@@ -560,6 +656,20 @@ build = function()
   -- now: a key whose state has ended goes, a log loses what it forgot.
   local function refund(c, p, amount, mark1, mark2)
     if c.alg == TOKEN_BUCKET then return tb.refund(c, p, amount, mark1, mark2) end
+    if c.alg == CONCURRENCY then
+      for i = 1, #c.held do
+        local h = c.held[i]
+        if h[1] == mark1 and h[2] == mark2 then
+          local take = math.min(amount, h[3])
+          h[3] = h[3] - take
+          c.used = c.used - take
+          if h[3] == 0 then table.remove(c.held, i) end
+          break
+        end
+      end
+      slots_write(c.key, c.held)
+      return
+    end
     if c.alg == FIXED_WINDOW then
       if c.stop == mark1 then c.used = c.used - math.min(amount, c.used) end
       if c.used == 0 then
@@ -608,10 +718,20 @@ build = function()
       else
         wait = tb.retry_after(c.s, p, k)
       end
+    elseif c.alg == CONCURRENCY then
+      remaining = math.max(p.limit - c.used, 0)
+      if allowed then
+        wait = 0
+        for i = 1, #c.held do wait = math.max(wait, c.held[i][4] - now) end
+      elseif k > p.limit then
+        wait = -1
+      else
+        wait = slots_wait(c.held, p.limit, c.used, k)
+      end
     else
       remaining = math.max(p.limit - c.used, 0)
       if c.alg == FIXED_WINDOW then
-        wait = fixed_wait(p.limit, c.window, c.used, c.stop, allowed, k)
+        wait = fixed_wait(p.limit, c.fresh, c.used, c.stop, allowed, k)
       elseif not allowed and c.used + k <= p.limit then
         wait = 0
       else
@@ -670,12 +790,12 @@ build = function()
     for i = 1, n do
       local ki, alg, limit, window, burst, overdraft, cost, role =
         struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-      if alg ~= TOKEN_BUCKET then burst = limit end
       local c = counters[ki]
       if c == nil then
-        c = open(ki, alg, window, overdraft == 1)
+        c = open(ki, alg, window, burst, overdraft == 1)
         counters[ki] = c
       end
+      if alg ~= TOKEN_BUCKET then burst = limit end
       -- A token bucket's unit of time: window / limit = q + r / limit.
       local q = math.floor(window / limit)
       charges[i] = { c = c, alg = alg, limit = limit, window = window, burst = burst,
@@ -683,7 +803,26 @@ build = function()
         cost = cost, role = role, allowed = false, landed = 0, mark1 = 0, mark2 = 0 }
     end
 
-    if mode == REFUND then
+    if mode == RELEASE or mode == RENEW then
+      for i = 1, n do
+        local ch = charges[i]
+        local c = ch.c
+        ch.allowed = true
+        if c.alg == CONCURRENCY then
+          local _, h = slots_find(c.held)
+          ch.allowed = h ~= nil
+          if mode == RELEASE then
+            if h then
+              ch.landed, ch.mark1, ch.mark2 = h[3], slot_hi, slot_lo
+              refund(c, ch, h[3], slot_hi, slot_lo)
+            end
+          elseif h then
+            h[4] = now + c.window
+            slots_write(c.key, c.held)
+          end
+        end
+      end
+    elseif mode == REFUND then
       local b = FIRST + n * CHARGE
       for i = 1, n do
         local ch = charges[i]
@@ -697,7 +836,8 @@ build = function()
       for i = 1, n do
         local ch = charges[i]
         ch.allowed = fits(ch.c, ch, check_cost(ch))
-        if ch.allowed or ch.overdraft or count_rejected then
+        local counts = count_rejected and ch.alg ~= CONCURRENCY
+        if ch.allowed or ch.overdraft or counts then
           ch.landed, ch.mark1, ch.mark2 = land(ch.c, ch, ch.cost)
         end
       end
@@ -744,7 +884,7 @@ end
 local function one(ko, p)
   KO, P = ko, p
   local t
-  t, nkeys, mode, quota_total, n = struct.unpack('<ddddd', P)
+  t, nkeys, mode, quota_total, n, slot_hi, slot_lo = struct.unpack('<ddddddd', P)
   if t < 0 then
     if clock == nil then
       local time = redis.call('TIME')

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod algorithm;
+pub mod calendar;
 pub mod cli;
 pub mod clock;
 pub mod compat;
@@ -27,6 +28,7 @@ pub mod service;
 pub mod serving;
 pub mod settings;
 pub mod shutdown;
+pub mod slots;
 pub mod stats;
 pub mod store;
 pub mod telemetry;

@@ -17,11 +17,16 @@ pub enum Unit {
     Week,
     Month,
     Year,
+    /// Only a calendar window's (`calendar: quarter`): Envoy's unit enum has no quarter, so it
+    /// is reported as `UNKNOWN`.
+    Quarter,
+    /// Only a concurrency limit's: slots held at once, per no unit of time (`UNKNOWN`).
+    InFlight,
 }
 
 /// The one table of units: config name, response enum name, length, proto number
 /// (`RateLimitResponse.RateLimit.Unit` and `envoy.type.v3.RateLimitUnit` share numbering).
-const UNITS: [(Unit, &str, &str, u64, i32); 7] = [
+const UNITS: [(Unit, &str, &str, u64, i32); 9] = [
     (Unit::Second, "second", "SECOND", 1, 1),
     (Unit::Minute, "minute", "MINUTE", 60, 2),
     (Unit::Hour, "hour", "HOUR", 3_600, 3),
@@ -29,13 +34,15 @@ const UNITS: [(Unit, &str, &str, u64, i32); 7] = [
     (Unit::Week, "week", "WEEK", 7 * 86_400, 7),
     (Unit::Month, "month", "MONTH", 30 * 86_400, 5),
     (Unit::Year, "year", "YEAR", 365 * 86_400, 6),
+    (Unit::Quarter, "quarter", "UNKNOWN", 91 * 86_400, 0),
+    (Unit::InFlight, "in_flight", "UNKNOWN", 0, 0),
 ];
 
 /// The accepted config names, for error messages.
 pub const UNIT_NAMES: &str = "second, minute, hour, day, week, month or year";
 
 /// The accepted `algorithm` names, for error messages.
-pub const ALGORITHM_NAMES: &str = "fixed_window, sliding_window or token_bucket";
+pub const ALGORITHM_NAMES: &str = "fixed_window, sliding_window, token_bucket or concurrency";
 
 impl Unit {
     fn row(self) -> &'static (Unit, &'static str, &'static str, u64, i32) {
@@ -43,11 +50,12 @@ impl Unit {
         UNITS.iter().find(|r| r.0 == self).unwrap_or(&UNITS[0])
     }
 
-    /// Parses a config name (`minute`, any case) or a response enum name (`MINUTE`).
+    /// Parses a config name (`minute`, any case) or a response enum name (`MINUTE`); a quarter
+    /// is only a calendar's (see [`crate::calendar::Period`]), in flight a concurrency limit's.
     pub fn parse(s: &str) -> Option<Unit> {
         UNITS
             .iter()
-            .find(|r| r.1.eq_ignore_ascii_case(s))
+            .find(|r| r.1.eq_ignore_ascii_case(s) && r.4 != 0)
             .map(|r| r.0)
     }
 
@@ -61,7 +69,7 @@ impl Unit {
     }
 
     pub fn from_proto(n: i32) -> Option<Unit> {
-        UNITS.iter().find(|r| r.4 == n).map(|r| r.0)
+        UNITS.iter().find(|r| r.4 == n && n != 0).map(|r| r.0)
     }
 
     /// The config name, `minute`.
@@ -102,6 +110,9 @@ pub enum Algorithm {
     SlidingWindow,
     /// GCRA: one theoretical arrival time per key.
     TokenBucket,
+    /// A cap on requests in flight: slots held under leases until released or expired
+    /// (`algorithm::concurrency`).
+    Concurrency,
 }
 
 impl Algorithm {
@@ -110,6 +121,7 @@ impl Algorithm {
             "fixed_window" => Algorithm::FixedWindow,
             "sliding_window" => Algorithm::SlidingWindow,
             "token_bucket" => Algorithm::TokenBucket,
+            "concurrency" => Algorithm::Concurrency,
             _ => return None,
         })
     }
@@ -119,6 +131,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -129,6 +142,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "f",
             Algorithm::SlidingWindow => "s",
             Algorithm::TokenBucket => "t",
+            Algorithm::Concurrency => "c",
         }
     }
 }
@@ -137,13 +151,19 @@ impl Algorithm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimitParams {
     pub algorithm: Algorithm,
-    /// Requests (or cost units) allowed per window; for a token bucket, the refill per window.
+    /// Requests (or cost units) allowed per window; for a token bucket, the refill per window;
+    /// for a concurrency limit, the slots that may be held at once.
     pub limit: u64,
+    /// The window; a calendar window's nominal length (its real one comes from `calendar`);
+    /// a concurrency limit's lease.
     pub window_us: u64,
     /// Token bucket capacity (defaults to `limit`); equal to `limit` for the other algorithms.
     pub burst: u64,
     /// Charges always land; the limit answers OVER_LIMIT while nothing is left.
     pub overdraft: bool,
+    /// A fixed window that is a calendar period in a time zone (`calendar:`), not an
+    /// epoch-aligned one.
+    pub calendar: Option<crate::calendar::Calendar>,
 }
 
 /// Debt beyond a full limit is capped at this many times its capacity: usage (an overdraft's
@@ -222,6 +242,7 @@ impl Limit {
                 window_us,
                 burst: requests_per_unit as u64,
                 overdraft,
+                calendar: None,
             },
         );
         limit.metric_label = crate::metrics::OVERRIDE_LIMIT.to_string();
@@ -235,7 +256,15 @@ impl Limit {
 pub fn default_key_suffix(p: &LimitParams) -> String {
     let mut s = String::with_capacity(16);
     s.push_str(p.algorithm.letter());
-    s.push_str(&format_window(p.window_us));
+    match &p.calendar {
+        // `Kmonth@America/New_York`, `Kweek1@UTC` (weeks: the day they start, ISO numbered).
+        Some(c) => {
+            s.clear();
+            s.push('K');
+            s.push_str(&c.key_part());
+        }
+        None => s.push_str(&format_window(p.window_us)),
+    }
     if p.algorithm == Algorithm::TokenBucket {
         s.push_str(&format!("r{}b{}", p.limit, p.burst));
     }

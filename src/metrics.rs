@@ -145,6 +145,12 @@ struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlotLabels {
+    op: &'static str,
+    held: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: String,
 }
@@ -205,6 +211,7 @@ pub struct Metrics {
     pub local_cache_hits: Counter,
     store_failures: Family<PolicyLabels, Counter>,
     pub refunds: Counter,
+    slot_ops: Family<SlotLabels, Counter>,
     pub memory_evictions: Counter,
     pub lease_takes: Counter,
     pub lease_local: Counter,
@@ -343,6 +350,12 @@ impl Metrics {
             "Placement groups whose charges were refunded (a request denied elsewhere, or abandoned)",
             refunds.clone(),
         );
+        let slot_ops = Family::<SlotLabels, Counter>::default();
+        registry.register(
+            "tollgate_slot_operations",
+            "Concurrency slot releases and renewals, by whether the id held slots (held=false: never taken, already released or expired)",
+            slot_ops.clone(),
+        );
         let memory_evictions = Counter::default();
         registry.register(
             "tollgate_memory_evictions",
@@ -399,6 +412,7 @@ impl Metrics {
             local_cache_hits,
             store_failures,
             refunds,
+            slot_ops,
             memory_evictions,
             lease_takes,
             lease_local,
@@ -471,6 +485,12 @@ impl Metrics {
             .position(|c| *c == code)
             .unwrap_or(0);
         domain.requests[i].inc();
+    }
+
+    /// A release or renew (`op`) of a slot id that held slots on `limits` limits.
+    pub fn slots(&self, op: &'static str, limits: u32) {
+        let held = if limits > 0 { "true" } else { "false" };
+        self.slot_ops.get_or_create(&SlotLabels { op, held }).inc();
     }
 
     /// A Redis round trip of `op` that took `seconds`.

@@ -2,6 +2,14 @@
 //! (see `build.rs`).
 #![allow(clippy::all, missing_docs)]
 
+pub mod tollgate {
+    pub mod slots {
+        pub mod v1 {
+            tonic::include_proto!("tollgate.slots.v1");
+        }
+    }
+}
+
 pub mod envoy {
     pub mod service {
         pub mod ratelimit {

@@ -38,6 +38,29 @@ pub fn response(
     if settings.dynamic_metadata {
         out.dynamic_metadata = Some(metadata(req, plan, decision));
     }
+    // The slots an OK request took: their id, for Envoy's call when the stream is done (or a
+    // direct caller) to release them.
+    if plan.slot != (0, 0) && decision.overall == Code::Ok && store_failed.is_none() {
+        let lease = plan
+            .charges
+            .iter()
+            .filter(|c| c.limit.params.algorithm == crate::limit::Algorithm::Concurrency)
+            .map(|c| c.limit.params.window_us)
+            .min()
+            .unwrap_or(0);
+        let fields = &mut out
+            .dynamic_metadata
+            .get_or_insert_with(Default::default)
+            .fields;
+        fields.insert(
+            crate::slots::SLOT_KEY.to_string(),
+            string(&crate::slots::format_id(plan.slot)),
+        );
+        fields.insert(
+            crate::slots::SLOT_LEASE_KEY.to_string(),
+            number((lease / 1000) as f64),
+        );
+    }
     // The store-failure marker is for operators (Envoy's access log reads dynamic metadata)
     // and reaches the end client only when asked for: clients should not learn that the
     // limiter is failing open.

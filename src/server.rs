@@ -256,7 +256,11 @@ async fn start_serving(
         let (shutdown, drain, store) = (shutdown.clone(), drain.clone(), store.clone());
         let limiter = limiter.clone();
         move |accepted: serving::Accepted| {
-            let routes = tonic::service::Routes::new(health_service.clone());
+            let routes = tonic::service::Routes::new(health_service.clone()).add_service(
+                crate::pb::tollgate::slots::v1::slots_server::SlotsServer::new(
+                    crate::slots::SlotsService::new(limiter.clone()),
+                ),
+            );
             let calls = Calls::new(limiter.clone(), routes);
             let (connections, drain) = (connections.clone(), drain());
             let (shutdown, store) = (shutdown.clone(), store.clone());

@@ -18,9 +18,11 @@ use arc_swap::ArcSwap;
 use opentelemetry::KeyValue;
 use tokio::sync::Semaphore;
 
+use crate::algorithm::concurrency::SlotId;
 use crate::algorithm::Mode;
 use crate::config::{Config, DomainPolicy};
 use crate::decision::{self, assemble, Code, Decision};
+use crate::limit::Algorithm;
 use crate::log_throttle;
 use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
@@ -73,6 +75,14 @@ pub struct RateLimiter<S> {
     in_flight: Semaphore,
 }
 
+/// What a release or a renew did: on how many concurrency limits the id held slots, and the
+/// shortest lease among them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotsDone {
+    pub limits: u32,
+    pub lease_us: Option<u64>,
+}
+
 /// `plan` with every limit shared out among `share` replicas: `max(1, limit / share)` (and
 /// the same for a token bucket's burst), as the response reports it. A limit of 0 (deny
 /// everything) stays 0.
@@ -100,6 +110,7 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
         descriptors: plan.descriptors.clone(),
         charges,
         quota_descriptors: plan.quota_descriptors,
+        slot: plan.slot,
     }
 }
 
@@ -171,6 +182,110 @@ impl<S: Store> RateLimiter<S> {
             CallError::InvalidArgument(m)
         };
         validate(req, &self.settings.bounds).map_err(|e| invalid(e.to_string()))?;
+        if let Some((id, at)) = crate::slots::release_of(req).map_err(|e| invalid(e.to_string()))? {
+            return self
+                .decide_with_release(req, config, policy, domain, id, &at)
+                .await;
+        }
+        self.decide_valid(req, config, policy, domain).await
+    }
+
+    /// A request holding release descriptors (see [`crate::slots`]): the release, then the
+    /// rest of it decided as usual; a release descriptor is answered OK, with no limit.
+    async fn decide_with_release(
+        &self,
+        req: &RateLimitRequest,
+        config: &Config,
+        policy: Option<DomainPolicy>,
+        domain: &DomainMetrics,
+        id: SlotId,
+        at: &[usize],
+    ) -> Result<RateLimitResponse, CallError> {
+        let (released, rest) = crate::slots::split_release(req, at);
+        let release = RateLimitRequest {
+            domain: req.domain.clone(),
+            descriptors: released,
+            hits_addend: 0,
+        };
+        if !(self.settings.disabled || policy.is_some_and(|p| p.disabled)) {
+            if let Err(e) = self.slots(&release, id, Mode::Release).await {
+                // The slots stay held until their lease ends.
+                if let Some(suppressed) = log_throttle::due("release_failed") {
+                    tracing::warn!(error = %e, suppressed, "a slot release failed: its slots are held until their lease ends");
+                }
+            }
+        }
+        let mut out = if rest.descriptors.is_empty() {
+            self.metrics.request(domain, RequestCode::Ok);
+            let plan = Plan::no_limits(0);
+            let decision = assemble(&plan, &[], false);
+            response(&self.settings, &rest, &plan, &decision, None)
+        } else {
+            self.decide_valid(&rest, config, policy, domain).await?
+        };
+        for &i in at {
+            let ok = crate::pb::rls::rate_limit_response::DescriptorStatus {
+                code: crate::pb::rls::rate_limit_response::Code::Ok as i32,
+                ..Default::default()
+            };
+            out.statuses.insert(i.min(out.statuses.len()), ok);
+        }
+        Ok(out)
+    }
+
+    /// Releases or renews (`mode`) the slots `id` holds on the concurrency limits `req`'s
+    /// descriptors reach; nothing else is charged or touched.
+    pub async fn slots(
+        &self,
+        req: &RateLimitRequest,
+        id: SlotId,
+        mode: Mode,
+    ) -> Result<SlotsDone, CallError> {
+        validate(req, &self.settings.bounds)
+            .map_err(|e| CallError::InvalidArgument(e.to_string()))?;
+        let config = self.config.load();
+        let mut plan = plan(&config, req).map_err(|e| CallError::InvalidArgument(e.0))?;
+        plan.charges
+            .retain(|c| c.limit.params.algorithm == Algorithm::Concurrency);
+        for c in &mut plan.charges {
+            c.role = Role::Enforced;
+            c.cost = 1;
+        }
+        plan.quota_descriptors = 0;
+        plan.slot = id;
+        if plan.charges.is_empty() {
+            return Ok(SlotsDone::default());
+        }
+        let outcomes =
+            self.store.apply(&plan, mode).await.map_err(|e| {
+                CallError::Unavailable(format!("rate limit store unavailable: {e}"))
+            })?;
+        let mut done = SlotsDone::default();
+        for (c, o) in plan.charges.iter().zip(&outcomes) {
+            if o.allowed {
+                done.limits += 1;
+                let lease = c.limit.params.window_us;
+                done.lease_us = Some(done.lease_us.map_or(lease, |l: u64| l.min(lease)));
+            }
+        }
+        self.metrics.slots(mode.name(), done.limits);
+        Ok(done)
+    }
+
+    async fn decide_valid(
+        &self,
+        req: &RateLimitRequest,
+        config: &Config,
+        policy: Option<DomainPolicy>,
+        domain: &DomainMetrics,
+    ) -> Result<RateLimitResponse, CallError> {
+        let invalid = |m: String| {
+            self.metrics.request(domain, RequestCode::Invalid);
+            if let Some(stats) = self.statistics() {
+                stats.service(ServiceEvent::ServiceError);
+            }
+            CallError::InvalidArgument(m)
+        };
         if self.settings.disabled || policy.is_some_and(|p| p.disabled) {
             // The kill switch: OK for every descriptor, nothing read or written.
             self.metrics.request(domain, RequestCode::Disabled);
@@ -189,7 +304,14 @@ impl<S: Store> RateLimiter<S> {
                 );
             }
         }
-        let plan = plan(config, req).map_err(|e| invalid(e.0))?;
+        let mut plan = plan(config, req).map_err(|e| invalid(e.0))?;
+        if plan
+            .charges
+            .iter()
+            .any(|c| c.limit.params.algorithm == Algorithm::Concurrency)
+        {
+            plan.slot = crate::slots::new_id();
+        }
         let mode = Mode::charging(self.settings.count_rejected);
         let outcomes = if plan.charges.is_empty() {
             Vec::new()

@@ -10,11 +10,12 @@
 //! the request leaves behind: an allowed charge, the remaining and the time until its limit is
 //! whole; a denied one, the time until the request's unlanded cost on that counter fits.
 
+use super::concurrency::{self, SlotId};
 use super::{
-    charge, check_cost, fits, refresh, remaining, reset_after, retry_after, verdict, ChargeOutcome,
-    Landing, Mode, Role, State, Verdict,
+    charge_as, check_cost, fits, refresh, remaining, reset_after, retry_after, verdict,
+    ChargeOutcome, Landing, Mode, Role, State, Verdict,
 };
-use crate::limit::LimitParams;
+use crate::limit::{Algorithm, LimitParams};
 
 /// A charge in a batch (last stage, after `store::placement::PlacedCharge`): the limit's
 /// numbers, pointing at its counter (an index into the batch's counters).
@@ -24,6 +25,8 @@ pub struct BatchCharge {
     pub params: LimitParams,
     pub cost: u64,
     pub role: Role,
+    /// The request's concurrency slot id (`(0, 0)` when it takes none).
+    pub slot: SlotId,
 }
 
 /// One distinct counter key during a batch: its state as loaded, and as it would be after.
@@ -79,6 +82,9 @@ pub fn evaluate(
     quota_descriptors: usize,
 ) -> Evaluated {
     debug_assert!(mode != Mode::Refund, "a refund is not a batch");
+    if matches!(mode, Mode::Release | Mode::Renew) {
+        return slots(counters, charges, now, mode);
+    }
     let count_rejected = mode == Mode::CountRejected;
     let mut allowed = Vec::with_capacity(charges.len());
     let mut landings = Vec::with_capacity(charges.len());
@@ -86,8 +92,10 @@ pub fn evaluate(
         let counter = &mut counters[c.counter];
         let k = check_cost(&c.params, c.cost, count_rejected);
         let ok = fits(&counter.after, &c.params, k, now);
-        let landing = if ok || c.params.overdraft || count_rejected {
-            charge(&mut counter.after, &c.params, c.cost, now)
+        // A denied request never takes slots: nothing would release them.
+        let counts = count_rejected && c.params.algorithm != Algorithm::Concurrency;
+        let landing = if ok || c.params.overdraft || counts {
+            charge_as(&mut counter.after, &c.params, c.cost, now, c.slot)
         } else {
             Landing::default()
         };
@@ -112,6 +120,56 @@ pub fn evaluate(
     }
     Evaluated {
         verdict,
+        allowed,
+        landings,
+    }
+}
+
+/// A release or a renew of the slots `charge.slot` holds, on the concurrency charges (every
+/// other charge is allowed and touches nothing): a concurrency charge is allowed when the id
+/// held slots there, and a release's landing says what it freed.
+fn slots(counters: &mut [Counter], charges: &[BatchCharge], now: u64, mode: Mode) -> Evaluated {
+    let mut allowed = Vec::with_capacity(charges.len());
+    let mut landings = Vec::with_capacity(charges.len());
+    for c in charges {
+        let counter = &mut counters[c.counter];
+        let mut landing = Landing::default();
+        let mut ok = true;
+        if c.params.algorithm == Algorithm::Concurrency {
+            let held = concurrency::held_by(
+                match &counter.after {
+                    Some(State::Slots(s)) => Some(s),
+                    _ => None,
+                },
+                c.slot,
+            );
+            match (mode, counter.after.take()) {
+                (Mode::Release, Some(State::Slots(s))) => {
+                    counter.after = concurrency::release(s, c.slot, held).map(State::Slots);
+                    landing = Landing {
+                        added: held,
+                        mark: c.slot,
+                    };
+                    ok = held > 0;
+                }
+                (_, Some(State::Slots(mut s))) => {
+                    ok = concurrency::renew(&mut s, &c.params, c.slot, now);
+                    counter.after = Some(State::Slots(s));
+                }
+                (_, other) => {
+                    counter.after = other;
+                    ok = false;
+                }
+            }
+        }
+        allowed.push(ok);
+        landings.push(landing);
+    }
+    for counter in counters.iter_mut() {
+        counter.commit = counter.after != counter.loaded;
+    }
+    Evaluated {
+        verdict: Verdict::Admit,
         allowed,
         landings,
     }
@@ -194,6 +252,7 @@ pub(crate) mod tests {
             window_us: window_s * S,
             burst: limit,
             overdraft: false,
+            calendar: None,
         }
     }
 
@@ -205,6 +264,7 @@ pub(crate) mod tests {
             params: *p,
             cost,
             role: Role::Enforced,
+            slot: (0, 0),
         }];
         let out = evaluate_and_report(&mut counters, &charges, now, Mode::Decide, 0).1;
         let counter = counters.remove(0);
@@ -237,6 +297,7 @@ pub(crate) mod tests {
                 params: p,
                 cost: 1,
                 role: Role::Enforced,
+                slot: (0, 0),
             })
             .collect();
         let out = evaluate_and_report(&mut counters, &charges, now, Mode::Decide, 0).1;

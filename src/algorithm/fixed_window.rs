@@ -1,6 +1,7 @@
 //! Fixed window: a count in the epoch-aligned window ending at `end_us`, as
 //! envoyproxy/ratelimit counts (windows start at multiples of their length since the epoch).
 //! A charge's refund mark is its window's end: a refund only touches the window it charged.
+//! A calendar window (`calendar:`) is the same count, in the calendar period holding now.
 
 use crate::limit::LimitParams;
 
@@ -19,12 +20,20 @@ pub fn used(w: Option<&Window>) -> u64 {
     w.map_or(0, |w| w.count)
 }
 
+/// The end of a window that starts now: the epoch-aligned window's, or the calendar period's.
+pub fn fresh_end(p: &LimitParams, now: u64) -> u64 {
+    match &p.calendar {
+        Some(c) => c.end_of(now),
+        None => now - now % p.window_us + p.window_us,
+    }
+}
+
 /// Adds up to `cost`, stopping at the usage cap; returns the new window, what was added and
 /// the refund mark.
 pub fn charge(w: Option<Window>, p: &LimitParams, cost: u64, now: u64) -> (Window, u64, u64) {
     let w = w.unwrap_or(Window {
         count: 0,
-        end_us: now - now % p.window_us + p.window_us,
+        end_us: fresh_end(p, now),
     });
     let added = cost.min(p.usage_cap().saturating_sub(w.count));
     (
@@ -50,7 +59,7 @@ pub fn refund(w: Window, mark: u64, amount: u64) -> Option<Window> {
 pub fn reset_after(w: Option<&Window>, p: &LimitParams, now: u64) -> u64 {
     match w {
         Some(w) => w.end_us.saturating_sub(now),
-        None => p.window_us - now % p.window_us,
+        None => fresh_end(p, now) - now,
     }
 }
 

@@ -13,6 +13,7 @@
 //! products below that).
 
 pub mod batch;
+pub mod concurrency;
 pub mod fixed_window;
 mod rule;
 pub mod sliding_window;
@@ -20,6 +21,7 @@ pub mod token_bucket;
 
 pub use rule::{verdict, ChargeOutcome, Mode, Role, Verdict};
 
+use concurrency::{SlotId, Slots};
 use fixed_window::Window;
 use sliding_window::Log;
 use token_bucket::Tat;
@@ -32,6 +34,7 @@ pub enum State {
     Window(Window),
     Log(Log),
     Tat(Tat),
+    Slots(Slots),
 }
 
 /// The cost a check must fit: overdraft limits only ask "is anything left?", and a cost of 0
@@ -62,6 +65,7 @@ pub fn refresh(state: &mut Option<State>, p: &LimitParams, now: u64) {
         Some(State::Window(w)) => fixed_window::is_expired(w, now),
         Some(State::Log(log)) => sliding_window::forget_expired(log, p, now),
         Some(State::Tat(t)) => token_bucket::is_expired(t, now),
+        Some(State::Slots(s)) => concurrency::forget_expired(s, now),
     };
     if expired {
         *state = None;
@@ -82,6 +86,13 @@ fn log(state: &Option<State>) -> Option<&Log> {
     }
 }
 
+fn slots(state: &Option<State>) -> Option<&Slots> {
+    match state {
+        Some(State::Slots(s)) => Some(s),
+        _ => None,
+    }
+}
+
 fn tat(state: &Option<State>) -> Option<&Tat> {
     match state {
         Some(State::Tat(t)) => Some(t),
@@ -89,12 +100,13 @@ fn tat(state: &Option<State>) -> Option<&Tat> {
     }
 }
 
-/// Fixed and sliding window usage, in cost units.
+/// Fixed and sliding window usage, and slots held, in cost units.
 fn used(state: &Option<State>, p: &LimitParams) -> u64 {
     match p.algorithm {
         Algorithm::FixedWindow => fixed_window::used(window(state)),
         Algorithm::SlidingWindow => sliding_window::used(log(state)),
         Algorithm::TokenBucket => 0,
+        Algorithm::Concurrency => concurrency::used(slots(state)),
     }
 }
 
@@ -108,6 +120,17 @@ pub fn fits(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> bool {
 
 /// Adds `cost` to the state, up to the usage cap. `state` must be refreshed.
 pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) -> Landing {
+    charge_as(state, p, cost, now, (0, 0))
+}
+
+/// [`charge`] for the request whose concurrency slots are named `slot`.
+pub fn charge_as(
+    state: &mut Option<State>,
+    p: &LimitParams,
+    cost: u64,
+    now: u64,
+    slot: SlotId,
+) -> Landing {
     if cost == 0 {
         return Landing::default();
     }
@@ -137,6 +160,14 @@ pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) -
             let (t, added, mark) = token_bucket::charge(t, p, cost, now);
             (t.map(State::Tat), added, mark)
         }
+        Algorithm::Concurrency => {
+            let s = old.and_then(|s| match s {
+                State::Slots(s) => Some(s),
+                _ => None,
+            });
+            let (s, added, mark) = concurrency::charge(s, p, cost, now, slot);
+            (Some(State::Slots(s)), added, mark)
+        }
     };
     *state = new;
     Landing { added, mark }
@@ -159,6 +190,9 @@ pub fn refund(state: &mut Option<State>, p: &LimitParams, landing: Landing, now:
         Some(State::Tat(t)) => {
             token_bucket::refund(t, p, landing.mark, landing.added, now).map(State::Tat)
         }
+        Some(State::Slots(s)) => {
+            concurrency::release(s, landing.mark, landing.added).map(State::Slots)
+        }
     };
 }
 
@@ -177,6 +211,7 @@ pub fn reset_after(state: &Option<State>, p: &LimitParams, now: u64) -> u64 {
         (_, None) => 0,
         (_, Some(State::Log(l))) => sliding_window::reset_after(l, p, now),
         (_, Some(State::Tat(t))) => token_bucket::reset_after(t, p, now),
+        (_, Some(State::Slots(s))) => concurrency::reset_after(s, now),
         (_, Some(State::Window(w))) => fixed_window::reset_after(Some(w), p, now),
     }
 }
@@ -194,6 +229,7 @@ pub fn retry_after(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> 
         Some(State::Window(w)) => fixed_window::retry_after(w, now),
         Some(State::Log(l)) => sliding_window::retry_after(l, p, k, now),
         Some(State::Tat(t)) => token_bucket::retry_after(t, p, k, now),
+        Some(State::Slots(s)) => concurrency::retry_after(s, p, k, now),
     })
 }
 
@@ -203,6 +239,7 @@ pub fn expires_at(state: &State, p: &LimitParams) -> u64 {
         State::Window(w) => fixed_window::expires_at(w),
         State::Log(l) => sliding_window::expires_at(l, p),
         State::Tat(t) => token_bucket::expires_at(t),
+        State::Slots(s) => concurrency::expires_at(s),
     }
 }
 

@@ -29,6 +29,12 @@ pub enum Mode {
     DryRun = 2,
     /// Refund landed charges, then answer as things stand.
     Refund = 3,
+    /// Free the concurrency slots the request's slot id holds (a charge's `added`: what it
+    /// freed); nothing else is touched.
+    Release = 4,
+    /// Renew the leases of the concurrency slots the request's slot id holds (a charge is
+    /// allowed when its id held slots there); nothing else is touched.
+    Renew = 5,
 }
 
 impl Mode {
@@ -49,6 +55,8 @@ impl Mode {
             Mode::CountRejected => "count_rejected",
             Mode::DryRun => "dry_run",
             Mode::Refund => "refund",
+            Mode::Release => "release",
+            Mode::Renew => "renew",
         }
     }
 }

@@ -193,16 +193,40 @@ fn compile_replaces(rl: &RawLimit) -> Result<Vec<String>, LimitError> {
 }
 
 fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Limit, LimitError> {
-    let unit_text = rl.unit.unwrap_or_default();
-    let unit = Unit::parse(&unit_text).ok_or_else(|| LimitError::Unit(unit_text.clone()))?;
     let requests_per_unit = rl.requests_per_unit.unwrap_or(0);
     let algorithm = match rl.algorithm.as_deref() {
         None => Algorithm::FixedWindow,
         Some(a) => Algorithm::parse(a).ok_or_else(|| LimitError::Algorithm(a.to_string()))?,
     };
-    let window_us = match rl.window.as_deref() {
-        None => unit.seconds() * 1_000_000,
-        Some(w) => window_us(w)?,
+    let calendar = compile_calendar(&rl, algorithm)?;
+    let unit_text = rl.unit.clone().unwrap_or_default();
+    let unit = match (calendar, algorithm) {
+        (Some(c), _) => {
+            let unit = c.period.unit();
+            if !unit_text.is_empty() && Unit::parse(&unit_text) != Some(unit) {
+                return Err(LimitError::CalendarUnit {
+                    unit: unit_text,
+                    calendar: c.period.name().to_string(),
+                });
+            }
+            unit
+        }
+        (None, Algorithm::Concurrency) => {
+            check_concurrency(&rl, requests_per_unit)?;
+            Unit::InFlight
+        }
+        (None, _) => Unit::parse(&unit_text).ok_or_else(|| LimitError::Unit(unit_text.clone()))?,
+    };
+    if rl.lease_ttl.is_some() && algorithm != Algorithm::Concurrency {
+        return Err(LimitError::LeaseTtlWithoutConcurrency);
+    }
+    let window_us = match (rl.window.as_deref(), algorithm) {
+        (None, Algorithm::Concurrency) => match rl.lease_ttl.as_deref() {
+            Some(t) => lease_ttl_us(t)?,
+            None => DEFAULT_LEASE_TTL_US,
+        },
+        (None, _) => unit.seconds() * 1_000_000,
+        (Some(w), _) => window_us(w)?,
     };
     let burst = match (rl.burst, algorithm) {
         (None, _) => requests_per_unit as u64,
@@ -221,7 +245,8 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
         limit: requests_per_unit as u64,
         window_us,
         burst,
-        overdraft: rl.overdraft || usage,
+        overdraft: (rl.overdraft || usage) && algorithm != Algorithm::Concurrency,
+        calendar,
     };
     if let Some(lease) = rl.lease {
         check_lease(lease, rl.shared, &params).map_err(|e| {
@@ -238,6 +263,96 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
     limit.replaces = replaces;
     limit.key_suffix = default_key_suffix(&params);
     Ok(limit)
+}
+
+/// A concurrency slot's lease unless `lease_ttl` says otherwise: five minutes.
+pub const DEFAULT_LEASE_TTL_US: u64 = 300 * 1_000_000;
+
+/// The longest `lease_ttl`: a day.
+const MAX_LEASE_TTL_US: u64 = 86_400 * 1_000_000;
+
+/// The most slots a concurrency limit may hold (each is an entry its counter reads).
+pub const MAX_CONCURRENCY: u32 = 10_000;
+
+/// `lease_ttl`: whole seconds from 1 s to a day, in microseconds.
+pub(super) fn lease_ttl_us(text: &str) -> Result<u64, LimitError> {
+    match duration::parse(text) {
+        Ok(d)
+            if d.subsec_nanos() == 0
+                && d.as_secs() >= 1
+                && d.as_micros() <= u128::from(MAX_LEASE_TTL_US) =>
+        {
+            Ok(d.as_micros() as u64)
+        }
+        _ => Err(LimitError::LeaseTtl(text.to_string())),
+    }
+}
+
+/// `calendar:` (with `timezone:` and `week_starts:`): only on a fixed window without `window:`
+/// or `lease`.
+fn compile_calendar(
+    rl: &RawLimit,
+    algorithm: Algorithm,
+) -> Result<Option<crate::calendar::Calendar>, LimitError> {
+    use crate::calendar::{weekday, zone, Calendar, Period};
+    let Some(period) = rl.calendar.as_deref() else {
+        if rl.timezone.is_some() {
+            return Err(LimitError::CalendarOnly("timezone"));
+        }
+        if rl.week_starts.is_some() {
+            return Err(LimitError::CalendarOnly("week_starts"));
+        }
+        return Ok(None);
+    };
+    let period = Period::parse(period).ok_or_else(|| LimitError::Calendar(period.to_string()))?;
+    if algorithm != Algorithm::FixedWindow {
+        return Err(LimitError::CalendarAlgorithm(algorithm.name()));
+    }
+    if rl.window.is_some() {
+        return Err(LimitError::CalendarWithWindow);
+    }
+    if rl.lease.is_some() {
+        return Err(LimitError::CalendarWithLease);
+    }
+    if rl.week_starts.is_some() && period != Period::Week {
+        return Err(LimitError::WeekStartsWithoutWeek);
+    }
+    let zone_name = rl.timezone.as_deref().unwrap_or("UTC");
+    let zone = zone(zone_name).ok_or_else(|| LimitError::TimeZone(zone_name.to_string()))?;
+    let week_starts = match rl.week_starts.as_deref() {
+        None => jiff::civil::Weekday::Monday,
+        Some(w) => weekday(w).ok_or_else(|| LimitError::WeekStarts(w.to_string()))?,
+    };
+    Ok(Some(Calendar {
+        period,
+        zone,
+        week_starts,
+    }))
+}
+
+/// `algorithm: concurrency`: a cap of 1 to [`MAX_CONCURRENCY`] slots, no unit, window, burst,
+/// overdraft, lease or shadow of a window.
+fn check_concurrency(rl: &RawLimit, cap: u32) -> Result<(), LimitError> {
+    let other = [
+        (
+            rl.unit.as_deref().is_some_and(|u| !u.is_empty()),
+            "unit (it caps slots held at once, in no unit of time)",
+        ),
+        (
+            rl.window.is_some(),
+            "window (lease_ttl says how long a slot is held)",
+        ),
+        (rl.burst.is_some(), "burst"),
+        (rl.overdraft, "overdraft"),
+        (rl.lease.is_some(), "lease"),
+    ];
+    if let Some((_, what)) = other.iter().find(|(set, _)| *set) {
+        return Err(LimitError::Concurrency(what));
+    }
+    if cap == 0 || cap > MAX_CONCURRENCY {
+        return Err(LimitError::ConcurrencyCap(cap));
+    }
+    Ok(())
 }
 
 /// `lease: N`: a shared fixed-window limit (whose leased units expire with the window they were

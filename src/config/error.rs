@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::calendar::{PERIOD_NAMES, WEEKDAY_NAMES};
 use crate::limit::{ALGORITHM_NAMES, UNIT_NAMES};
 
 /// A config problem a user can act on: which file, where, what.
@@ -153,6 +154,36 @@ pub enum LimitError {
         limit: u64,
         window: Duration,
     },
+    #[error("invalid calendar '{0}'; expected {PERIOD_NAMES}")]
+    Calendar(String),
+    #[error("unknown time zone '{0}'; expected an IANA name such as UTC, Europe/Berlin or America/New_York")]
+    TimeZone(String),
+    #[error("invalid week_starts '{0}'; expected {WEEKDAY_NAMES}")]
+    WeekStarts(String),
+    #[error("{0} is only valid with calendar")]
+    CalendarOnly(&'static str),
+    #[error("week_starts is only valid with calendar: week")]
+    WeekStartsWithoutWeek,
+    #[error(
+        "calendar needs algorithm fixed_window (found {0}): a calendar period is a fixed window"
+    )]
+    CalendarAlgorithm(&'static str),
+    #[error("calendar cannot be combined with window: the calendar period is the window")]
+    CalendarWithWindow,
+    #[error("calendar cannot be combined with lease")]
+    CalendarWithLease,
+    #[error(
+        "unit '{unit}' disagrees with calendar '{calendar}'; leave unit out or make them agree"
+    )]
+    CalendarUnit { unit: String, calendar: String },
+    #[error("invalid lease_ttl '{0}': expected whole seconds from 1s to 1d, like 30s or 5m")]
+    LeaseTtl(String),
+    #[error("lease_ttl is only valid with algorithm concurrency")]
+    LeaseTtlWithoutConcurrency,
+    #[error("a concurrency limit cannot also have {0}")]
+    Concurrency(&'static str),
+    #[error("a concurrency limit holds from 1 to 10000 slots (requests_per_unit), found {0}")]
+    ConcurrencyCap(u32),
     #[error(transparent)]
     Lease(#[from] LeaseError),
     /// A lease a usage domain (`--usage-domains`) makes impossible: its limits are overdraft

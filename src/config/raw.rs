@@ -90,6 +90,18 @@ pub struct RawLimit {
     /// tollgate: on a `shared` limit, each instance takes this many units at a time from Redis.
     #[serde(default)]
     pub lease: Option<u64>,
+    /// tollgate: a `fixed_window` limit whose window is this calendar period.
+    #[serde(default, deserialize_with = "calendar")]
+    pub calendar: Option<String>,
+    /// tollgate: the IANA time zone of `calendar` (default UTC).
+    #[serde(default, deserialize_with = "timezone")]
+    pub timezone: Option<String>,
+    /// tollgate: the first day of a `calendar: week` (default monday, as ISO 8601).
+    #[serde(default, deserialize_with = "week_starts")]
+    pub week_starts: Option<String>,
+    /// tollgate: how long a `concurrency` slot is held unless released or renewed (default 5m).
+    #[serde(default, deserialize_with = "lease_ttl")]
+    pub lease_ttl: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,6 +146,35 @@ fn algorithm<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error
 /// A limit's `window`, checked here so that an error names its line.
 fn window<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     as_written(d, |s: String| window_us(&s).map(|_| s))
+}
+
+/// A limit's `calendar`, checked here so that an error names its line.
+fn calendar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    as_written(d, |s: String| match crate::calendar::Period::parse(&s) {
+        Some(_) => Ok(s),
+        None => Err(LimitError::Calendar(s)),
+    })
+}
+
+/// A limit's `timezone`, checked here so that an error names its line.
+fn timezone<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    as_written(d, |s: String| match crate::calendar::zone(&s) {
+        Some(_) => Ok(s),
+        None => Err(LimitError::TimeZone(s)),
+    })
+}
+
+/// A limit's `week_starts`, checked here so that an error names its line.
+fn week_starts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    as_written(d, |s: String| match crate::calendar::weekday(&s) {
+        Some(_) => Ok(s),
+        None => Err(LimitError::WeekStarts(s)),
+    })
+}
+
+/// A limit's `lease_ttl`, checked here so that an error names its line.
+fn lease_ttl<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    as_written(d, |s: String| super::compile::lease_ttl_us(&s).map(|_| s))
 }
 
 /// A scalar that may be absent (a plain null); present, it is read by the inner visitor.

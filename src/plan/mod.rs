@@ -16,6 +16,7 @@ use std::ops::Range;
 use key::counter_key;
 pub use key::tag_of;
 
+use crate::algorithm::concurrency::SlotId;
 pub use crate::algorithm::Role;
 use crate::config::{Config, Pattern, Rule};
 use crate::limit::{proto_unit_name, Limit, Unit};
@@ -30,6 +31,9 @@ pub struct Plan<'c> {
     /// Descriptors whose matched rule has `quota_mode`, charged or not (see
     /// [`crate::decision::verdict`]).
     pub quota_descriptors: usize,
+    /// The id of the concurrency slots the request takes, releases or renews (`(0, 0)`: none;
+    /// see [`crate::algorithm::concurrency`]).
+    pub slot: SlotId,
 }
 
 impl Plan<'_> {
@@ -48,6 +52,7 @@ impl Plan<'_> {
             ],
             charges: Vec::new(),
             quota_descriptors: 0,
+            slot: (0, 0),
         }
     }
 }
@@ -255,6 +260,7 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         descriptors,
         charges,
         quota_descriptors,
+        slot: (0, 0),
     })
 }
 

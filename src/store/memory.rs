@@ -49,6 +49,7 @@ fn entry_bytes(key: &str, state: &State) -> usize {
         State::Window(_) => 16,
         State::Log(l) => 32 + 24 * l.entries.len(),
         State::Tat(t) => 48 + 24 * t.history.len(),
+        State::Slots(s) => 24 + 32 * s.held.len(),
     };
     key.len() + state + ENTRY_OVERHEAD
 }
@@ -316,6 +317,7 @@ fn group_batch<'p>(placed: &'p Placed<'_>, gi: usize) -> (&'p [usize], Vec<Batch
                 params: s.params,
                 cost: s.cost,
                 role: s.role,
+                slot: placed.slot,
             }
         })
         .collect();

@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 
+use crate::algorithm::concurrency::SlotId;
 use crate::limit::LimitParams;
 use crate::plan::{Plan, Role};
 
@@ -60,6 +61,8 @@ pub struct Placed<'a> {
     pub groups: Vec<Group>,
     /// Quota descriptors in the whole request.
     pub quota_descriptors: usize,
+    /// The request's concurrency slot id (`(0, 0)`: it takes none).
+    pub slot: SlotId,
 }
 
 /// Where a store's keys live, which decides what one script call may hold.
@@ -133,6 +136,7 @@ pub fn place<'a>(plan: &'a Plan<'_>, prefix: &str, layout: Layout) -> Placed<'a>
         charges: specs,
         groups,
         quota_descriptors: plan.quota_descriptors,
+        slot: plan.slot,
     }
 }
 
@@ -153,6 +157,7 @@ impl Placed<'_> {
                 .collect(),
             groups: self.groups,
             quota_descriptors: self.quota_descriptors,
+            slot: self.slot,
         }
     }
 }
@@ -189,6 +194,7 @@ pub(crate) mod tests {
             }],
             charges,
             quota_descriptors: 0,
+            slot: (0, 0),
         }
     }
 

@@ -95,6 +95,7 @@ fn request(
             params: counters[i].p,
             cost,
             role: Role::Enforced,
+            slot: (0, 0),
         })
         .collect();
     let outcomes = evaluate_and_report(&mut slots, &batch, now, Default::default(), 0).1;
@@ -158,6 +159,7 @@ fn params(
                 limit
             },
             overdraft,
+            calendar: None,
         },
     )
 }
@@ -743,6 +745,7 @@ fn store_scenario() -> impl Strategy<Value = (Vec<LimitParams>, u64, Vec<(u64, V
                     limit
                 },
                 overdraft,
+                calendar: None,
             },
         );
     prop::collection::vec(limit, 1..=3).prop_flat_map(|ps| {

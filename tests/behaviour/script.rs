@@ -6,9 +6,12 @@
 //! state (both refreshed at the call's time).
 //!
 //! A case is 1 to 3 keys, each with one or two limits (any algorithm, overdraft or not,
-//! windows and bursts small enough to fill; two limits on a key as a request's override makes), and up to 12 calls of 1 to 4 charges on them in every
-//! mode: decide, count rejected, dry run, and a refund of the call before (some of its
-//! landings, at its time or later). Costs run from 0 past the usage cap, roles mix enforced,
+//! windows and bursts small enough to fill; two limits on a key as a request's override makes;
+//! calendar windows in several zones; concurrency caps with short leases), and up to 12 calls
+//! of 1 to 4 charges on them in every mode: decide, count rejected, dry run, a refund of the
+//! call before (some of its landings, at its time or later), and a release or renew of a slot
+//! id (calls take ids from a small set, so one id takes twice and a release may name an id
+//! that holds nothing). Costs run from 0 past the usage cap, roles mix enforced,
 //! shadow and quota charges, and the clock steps forwards by every interesting amount, onto
 //! window ends and expiries exactly (and sometimes back). The calls' shapes send the script
 //! down each of its drivers (one charge, one charge per key, every call), so a mismatch names
@@ -22,13 +25,15 @@ use std::fmt::Write as _;
 
 use fred::prelude::*;
 use tollgate::algorithm::batch::{self, BatchCharge, Counter};
+use tollgate::algorithm::concurrency::SlotId;
 use tollgate::algorithm::{refresh, refund, Landing, Mode, State};
+use tollgate::calendar::{zone, Calendar, Period};
 use tollgate::decision::ChargeOutcome;
 use tollgate::limit::{Algorithm, LimitParams};
 use tollgate::plan::Role;
 use tollgate::store::placement::{Group, PlacedCharge};
 use tollgate::store::protocol::Refund;
-use tollgate::store::redis::script::{self, decode_state, Script};
+use tollgate::store::redis::script::{self, decode_state, CallHead, Script};
 
 use crate::support::redis::RedisServer;
 
@@ -68,8 +73,28 @@ fn limits(rng: &mut Rng) -> Vec<LimitParams> {
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::TokenBucket,
+        Algorithm::Concurrency,
     ]);
-    let window_us = rng.pick(&[S, 3 * S / 2, 10 * S, 60 * S]);
+    // A fixed window is sometimes a calendar period (its window then only steers the clock).
+    let calendar = (algorithm == Algorithm::FixedWindow && rng.chance(35)).then(|| {
+        let (period, name) = rng.pick(&[
+            (Period::Day, "Europe/Berlin"),
+            (Period::Day, "America/New_York"),
+            (Period::Week, "UTC"),
+            (Period::Month, "Pacific/Kiritimati"),
+            (Period::Day, "Asia/Kolkata"),
+        ]);
+        Calendar {
+            period,
+            zone: zone(name).expect("a zone of the database"),
+            week_starts: jiff::civil::Weekday::Monday,
+        }
+    });
+    let window_us = match calendar {
+        Some(c) if c.period == Period::Day => 86_400 * S,
+        Some(_) => 7 * 86_400 * S,
+        None => rng.pick(&[S, 3 * S / 2, 10 * S, 60 * S]),
+    };
     let first = rng.pick(&[1, 2, 3, 5, 10, 100]);
     (0..1 + rng.below(2))
         .map(|_| {
@@ -86,7 +111,8 @@ fn limits(rng: &mut Rng) -> Vec<LimitParams> {
                 limit,
                 window_us,
                 burst,
-                overdraft: rng.chance(20),
+                overdraft: algorithm != Algorithm::Concurrency && rng.chance(20),
+                calendar,
             }
         })
         .collect()
@@ -199,6 +225,7 @@ struct Asked<'a> {
     quota_descriptors: usize,
     refunds: &'a [Refund],
     now: u64,
+    slot: SlotId,
 }
 
 /// What the memory store does for the call: `batch::evaluate_and_report`, or a refund as its
@@ -211,6 +238,7 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
         quota_descriptors,
         refunds,
         now,
+        slot,
     } = *call;
     let key_of_counter: Vec<usize> = g.keys.iter().map(|&s| charges[s].key).collect();
     // A counter takes the limit of the first charge on it, as the stores do.
@@ -227,6 +255,7 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
             params: keys[c.key][c.limit],
             cost: c.cost,
             role: c.role,
+            slot,
         })
         .collect();
     if mode == Mode::Refund {
@@ -283,15 +312,17 @@ struct Runner {
 impl Runner {
     async fn lua_call(
         &self,
-        g: &Group,
         specs: &[PlacedCharge<'_>],
-        mode: Mode,
-        quota_descriptors: usize,
-        refunds: &[Refund],
-        now: u64,
+        asked: &Asked<'_>,
     ) -> Result<Answer, String> {
-        let (keys, arg) =
-            script::args(g, specs, Some(now as i64), mode, quota_descriptors, refunds);
+        let (g, now) = (asked.g, asked.now);
+        let head = CallHead {
+            now: Some(now as i64),
+            mode: asked.mode,
+            quota_descriptors: asked.quota_descriptors,
+            slot: asked.slot,
+        };
+        let (keys, arg) = script::args(g, specs, head, asked.refunds);
         let reply: Value = self
             .client
             .evalsha(&self.script.sha, keys, vec![arg])
@@ -325,7 +356,7 @@ impl Runner {
         let mut states: Vec<Option<State>> = vec![None; keys.len()];
         let mut now = T0 + rng.below(60 * S);
         // The last call that may have landed something: its charges, quota and answers.
-        let mut last: Option<(Vec<Charge>, usize, Answer)> = None;
+        let mut last: Option<(Vec<Charge>, usize, Answer, SlotId)> = None;
         for step in 0..1 + rng.below(12) {
             let window = keys[rng.below(keys.len() as u64) as usize][0].window_us;
             let forward = rng.pick(&[0, 1, 999, 1_000, 61_000, 250_000, window / 2, window]);
@@ -341,8 +372,11 @@ impl Runner {
                 _ => now + forward,
             };
             let refunding = last.is_some() && rng.chance(30);
+            // Ids from a small set: the same id takes again, and releases what another took.
+            let mut slot = (rng.pick(&[1, 2, 3]), rng.pick(&[7, (1 << 52) - 1]));
             let (charges, quota, mode, refunds) = if refunding {
-                let (charges, quota, answer) = last.take().expect("a call to refund");
+                let (charges, quota, answer, id) = last.take().expect("a call to refund");
+                slot = id;
                 let refunds: Vec<Refund> = answer
                     .iter()
                     .map(|(outcome, landing)| Refund {
@@ -355,20 +389,21 @@ impl Runner {
                 (charges, quota, Mode::Refund, refunds)
             } else {
                 let (charges, quota) = charges(&mut rng, &keys);
-                let mode = match rng.below(20) {
+                let mode = match rng.below(24) {
                     0..=11 => Mode::Decide,
                     12..=14 => Mode::CountRejected,
-                    _ => Mode::DryRun,
+                    15..=19 => Mode::DryRun,
+                    20 | 21 => Mode::Release,
+                    _ => Mode::Renew,
                 };
                 (charges, quota, mode, Vec::new())
             };
             let (g, specs) = group(&prefix, &keys, &charges);
             let _ = writeln!(
                 story,
-                "call {step} at T0+{}: {mode:?}, quota descriptors {quota}, {charges:?}, refunds {refunds:?}",
+                "call {step} at T0+{}: {mode:?}, slot {slot:?}, quota descriptors {quota}, {charges:?}, refunds {refunds:?}",
                 now as i64 - T0 as i64
             );
-            let lua = self.lua_call(&g, &specs, mode, quota, &refunds, now).await;
             let asked = Asked {
                 charges: &charges,
                 g: &g,
@@ -376,7 +411,9 @@ impl Runner {
                 quota_descriptors: quota,
                 refunds: &refunds,
                 now,
+                slot,
             };
+            let lua = self.lua_call(&specs, &asked).await;
             let rust = rust_call(&mut states, &keys, &asked);
             let lua = match lua {
                 Ok(lua) if same(&lua, &rust) => lua,
@@ -397,8 +434,8 @@ impl Runner {
                     ));
                 }
             }
-            if mode != Mode::Refund {
-                last = Some((charges, quota, lua));
+            if matches!(mode, Mode::Decide | Mode::CountRejected | Mode::DryRun) {
+                last = Some((charges, quota, lua, slot));
             }
         }
         Ok(())

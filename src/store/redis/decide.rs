@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::error::SOMEWHERE;
 use super::local_cache::Lookup;
-use super::script::{self, args, parse_reply};
+use super::script::{self, args, parse_reply, CallHead};
 use super::{lease, Inner, LATE_REPLY};
 use crate::algorithm::Mode;
 use crate::decision::Verdict;
@@ -187,7 +187,13 @@ impl Inner {
         let started = std::time::Instant::now();
         let reply = self
             .script_call(call.retry_until, || {
-                args(g, specs, call.now, mode, quota, refunds)
+                let head = CallHead {
+                    now: call.now,
+                    mode,
+                    quota_descriptors: quota,
+                    slot: call.placed.slot,
+                };
+                args(g, specs, head, refunds)
             })
             .await;
         let op = if mode == Mode::Refund {

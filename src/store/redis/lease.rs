@@ -384,7 +384,8 @@ impl Inner {
                     return Ok(reply);
                 }
             },
-            Mode::CountRejected | Mode::DryRun => {}
+            // A leased limit is a fixed window: it holds no slots.
+            Mode::CountRejected | Mode::DryRun | Mode::Release | Mode::Renew => {}
         }
         self.run_script(call, g, specs, mode, refunds).await
     }
@@ -407,6 +408,7 @@ impl Inner {
                 }],
                 groups: vec![Group::one_shared()],
                 quota_descriptors: 0,
+                slot: (0, 0),
             };
             let refund = Refund {
                 allowed: true,

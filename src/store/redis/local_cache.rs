@@ -54,7 +54,10 @@ pub enum Lookup {
 
 /// Only enforced, non-overdraft limits may deny from the cache.
 fn cacheable(s: &PlacedCharge<'_>) -> bool {
-    s.role == Role::Enforced && !s.params.overdraft
+    // A release frees concurrency slots at any time: a denial says nothing about the next call.
+    s.role == Role::Enforced
+        && !s.params.overdraft
+        && s.params.algorithm != crate::limit::Algorithm::Concurrency
 }
 
 /// What a retry of the request needs on `spec`'s counter: its charges there, all unlanded.
@@ -183,6 +186,7 @@ mod tests {
             window_us: 60_000_000,
             burst: 1,
             overdraft: false,
+            calendar: None,
         }
     }
 

@@ -6,7 +6,7 @@ use futures::future::join_all;
 
 use super::client::call_options;
 use super::decide::{Decided, RedisDecision};
-use super::script::{self, args, parse_reply, unpack};
+use super::script::{self, args, parse_reply, unpack, CallHead};
 use super::Inner;
 use crate::algorithm::Mode;
 use crate::metrics::StoreOp;
@@ -23,7 +23,13 @@ impl Inner {
         let replies = join_all(placed.groups.iter().map(|g| {
             let (client, options) = (&client, &options);
             async move {
-                let (keys, arg) = args(g, &placed.charges, call.now, Mode::DryRun, quota, &[]);
+                let head = CallHead {
+                    now: call.now,
+                    mode: Mode::DryRun,
+                    quota_descriptors: quota,
+                    slot: placed.slot,
+                };
+                let (keys, arg) = args(g, &placed.charges, head, &[]);
                 let started = std::time::Instant::now();
                 let reply =
                     script::eval_replica(client, options, &self.script, keys, vec![arg]).await;

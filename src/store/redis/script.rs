@@ -16,10 +16,12 @@ use tokio::time::Instant;
 
 use super::error::{classify, SOMEWHERE};
 use super::migration::{self, Migrations};
+use crate::algorithm::concurrency::{Held, SlotId, Slots};
 use crate::algorithm::fixed_window::Window;
 use crate::algorithm::sliding_window::Log;
 use crate::algorithm::token_bucket::Tat;
 use crate::algorithm::{Landing, Mode, State};
+use crate::clock::{Clock, SystemClock};
 use crate::decision::ChargeOutcome;
 use crate::limit::{Algorithm, LimitParams};
 use crate::plan::Role;
@@ -31,8 +33,8 @@ use crate::store::StoreError;
 /// The counts and codes of the script's argument and reply layout.
 pub mod layout {
     /// Numbers of a call before its charges: now, the number of keys, mode, the request's
-    /// quota descriptors, the number of charges.
-    pub const CALL_NUMBERS: usize = 5;
+    /// quota descriptors, the number of charges, the request's slot id (two numbers).
+    pub const CALL_NUMBERS: usize = 7;
     /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role.
     pub const CHARGE_NUMBERS: usize = 8;
     /// Per charge of a refund: allowed, kept, amount, mark1, mark2.
@@ -43,6 +45,7 @@ pub mod layout {
     pub const FIXED_WINDOW: u64 = 0;
     pub const SLIDING_WINDOW: u64 = 1;
     pub const TOKEN_BUCKET: u64 = 2;
+    pub const CONCURRENCY: u64 = 3;
     /// Role codes: a quota charge of request descriptor `d` is `QUOTA + d`.
     pub const ENFORCED: u64 = 0;
     pub const SHADOW: u64 = 1;
@@ -205,17 +208,32 @@ pub async fn eval_replica(
     }
 }
 
-/// KEYS and the one argument of a group's call: every number packed (see the script), `now`
-/// (µs; `None`: the script reads Redis `TIME`) first. `refunds` (refund mode) is per charge of
-/// the group.
+/// What a call says besides its group's charges: `now` (µs; `None`: the script reads Redis
+/// `TIME`), the mode, the request's quota descriptors and slot id.
+#[derive(Debug, Clone, Copy)]
+pub struct CallHead {
+    pub now: Option<i64>,
+    pub mode: Mode,
+    pub quota_descriptors: usize,
+    pub slot: SlotId,
+}
+
+/// KEYS and the one argument of a group's call: every number packed (see the script), the
+/// call's head first. `refunds` (refund mode) is per charge of the group. A calendar window
+/// sends, in place of its window and burst, the two period ends around this instance's clock
+/// ([`crate::calendar::Calendar::choices`]); the script picks by its own.
 pub fn args(
     g: &Group,
     specs: &[PlacedCharge<'_>],
-    now: Option<i64>,
-    mode: Mode,
-    quota_descriptors: usize,
+    head: CallHead,
     refunds: &[Refund],
 ) -> (Vec<Key>, Value) {
+    let CallHead {
+        now,
+        mode,
+        quota_descriptors,
+        slot,
+    } = head;
     let keys: Vec<Key> = g
         .keys
         .iter()
@@ -230,6 +248,8 @@ pub fn args(
     packed.push(mode as u64);
     packed.push(quota_descriptors as u64);
     packed.push(n as u64);
+    packed.push(slot.0);
+    packed.push(slot.1);
     for (&ci, &key) in g.charges.iter().zip(&g.key_of) {
         let c = &specs[ci];
         let p = &c.params;
@@ -238,10 +258,22 @@ pub fn args(
             Algorithm::FixedWindow => layout::FIXED_WINDOW,
             Algorithm::SlidingWindow => layout::SLIDING_WINDOW,
             Algorithm::TokenBucket => layout::TOKEN_BUCKET,
+            Algorithm::Concurrency => layout::CONCURRENCY,
         });
         packed.push(p.limit);
-        packed.push(p.window_us);
-        packed.push(p.burst);
+        match &p.calendar {
+            // A negative window: the script reads the two period ends (window and burst).
+            Some(c) => {
+                let clock = now.map_or_else(|| SystemClock.now_us(), |t| t.max(0) as u64);
+                let (a, b) = c.choices(clock);
+                packed.push_signed(-(a as i64));
+                packed.push(b);
+            }
+            None => {
+                packed.push(p.window_us);
+                packed.push(p.burst);
+            }
+        }
         packed.push(p.overdraft as u64);
         packed.push(c.cost);
         packed.push(match c.role {
@@ -369,6 +401,21 @@ pub fn decode_state(params: &LimitParams, raw: &[u8]) -> Option<State> {
                 total,
             }))
         }
+        Algorithm::Concurrency => {
+            if !numbers.len().is_multiple_of(4) {
+                return None;
+            }
+            Some(State::Slots(Slots {
+                held: numbers
+                    .chunks_exact(4)
+                    .map(|h| Held {
+                        id: (h[0], h[1]),
+                        units: h[2],
+                        expires_us: h[3],
+                    })
+                    .collect(),
+            }))
+        }
         Algorithm::TokenBucket => {
             let (head, history) = (numbers.get(..5)?, &numbers[5..]);
             if !history.len().is_multiple_of(3) {
@@ -441,21 +488,24 @@ mod tests {
     #[test]
     fn the_script_numbers_modes_algorithms_and_roles_as_rust_does() {
         assert_eq!(
-            lua_locals("DECIDE, COUNT_REJECTED, DRY_RUN, REFUND"),
+            lua_locals("DECIDE, COUNT_REJECTED, DRY_RUN, REFUND, RELEASE, RENEW"),
             [
                 Mode::Decide,
                 Mode::CountRejected,
                 Mode::DryRun,
-                Mode::Refund
+                Mode::Refund,
+                Mode::Release,
+                Mode::Renew
             ]
             .map(|m| (m as u64).to_string())
         );
         assert_eq!(
-            lua_locals("FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET"),
+            lua_locals("FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY"),
             [
                 layout::FIXED_WINDOW,
                 layout::SLIDING_WINDOW,
-                layout::TOKEN_BUCKET
+                layout::TOKEN_BUCKET,
+                layout::CONCURRENCY
             ]
             .map(|n| n.to_string())
         );

@@ -1,0 +1,210 @@
+//! Concurrency slots at the edges: their ids, how a release reaches the service, and the
+//! `tollgate.slots.v1.Slots` gRPC service for direct callers.
+//!
+//! A request that is OK and reaches `algorithm: concurrency` limits takes slots under a fresh
+//! id ([`new_id`]). The id comes back in the response's dynamic metadata ([`SLOT_KEY`]; Envoy
+//! keeps it under `envoy.filters.http.ratelimit`), and a release names it: a descriptor whose
+//! last entry is [`RELEASE_KEY`]`=<id>` (what Envoy's `metadata` action sends on the call made
+//! when the stream is done) frees what that id holds on the concurrency limits the rest of the
+//! descriptor reaches, and charges nothing. Direct callers use [`SlotsService`]: acquire,
+//! release, renew.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::algorithm::concurrency::SlotId;
+use crate::pb::common::RateLimitDescriptor;
+use crate::pb::rls::RateLimitRequest;
+use crate::pb::tollgate::slots::v1 as pb;
+use crate::service::{CallError, RateLimiter};
+use crate::store::Store;
+
+/// The dynamic metadata field holding the id of the slots a request took.
+pub const SLOT_KEY: &str = "tollgate.slot";
+
+/// The dynamic metadata field holding the shortest lease of those slots, in milliseconds.
+pub const SLOT_LEASE_KEY: &str = "tollgate.slot_lease_ms";
+
+/// The descriptor entry key that makes a descriptor a release of the slot id in its value.
+pub const RELEASE_KEY: &str = "tollgate.release";
+
+/// Ids are 26 hex digits: two 52-bit numbers (the Redis script holds numbers as doubles).
+const ID_DIGITS: usize = 26;
+const HALF: u64 = (1 << 52) - 1;
+
+/// A fresh slot id: this process's random 52 bits, then a counter that starts at a random
+/// point, so ids of two instances (or two runs) do not meet.
+pub fn new_id() -> SlotId {
+    static PROCESS: OnceLock<(u64, AtomicU64)> = OnceLock::new();
+    let (hi, next) = PROCESS.get_or_init(|| {
+        let mut seed = [0u8; 16];
+        // The clock stands in if the system has no randomness to give.
+        if getrandom::fill(&mut seed).is_err() {
+            let now = crate::clock::Clock::now_us(&crate::clock::SystemClock);
+            seed[..8].copy_from_slice(&now.to_le_bytes());
+            seed[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+        }
+        let hi = u64::from_le_bytes(seed[..8].try_into().unwrap_or_default()) & HALF;
+        let lo = u64::from_le_bytes(seed[8..].try_into().unwrap_or_default()) & HALF;
+        (hi.max(1), AtomicU64::new(lo))
+    });
+    let lo = next.fetch_add(1, Ordering::Relaxed) & HALF;
+    (*hi, lo)
+}
+
+/// An id as callers see it: 26 lowercase hex digits.
+pub fn format_id(id: SlotId) -> String {
+    format!("{:013x}{:013x}", id.0, id.1)
+}
+
+/// An id a caller sent back.
+pub fn parse_id(text: &str) -> Result<SlotId, CallError> {
+    let bad = || {
+        CallError::InvalidArgument(format!(
+            "invalid slot id '{}': expected the {ID_DIGITS} hex digits an acquire returned",
+            crate::log_throttle::printable(text)
+        ))
+    };
+    if text.len() != ID_DIGITS || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let hi = u64::from_str_radix(&text[..13], 16).map_err(|_| bad())?;
+    let lo = u64::from_str_radix(&text[13..], 16).map_err(|_| bad())?;
+    if (hi, lo) == (0, 0) {
+        return Err(bad());
+    }
+    Ok((hi, lo))
+}
+
+/// The release in a request: the id its release descriptors name and their indexes, or
+/// `None` when it has none. Two different ids in one request are refused.
+pub fn release_of(req: &RateLimitRequest) -> Result<Option<(SlotId, Vec<usize>)>, CallError> {
+    let mut found: Option<(SlotId, Vec<usize>)> = None;
+    for (i, d) in req.descriptors.iter().enumerate() {
+        let Some(last) = d.entries.last().filter(|e| e.key == RELEASE_KEY) else {
+            continue;
+        };
+        let id = parse_id(&last.value)?;
+        match &mut found {
+            None => found = Some((id, vec![i])),
+            Some((first, at)) if *first == id => at.push(i),
+            Some(_) => {
+                return Err(CallError::InvalidArgument(
+                    "a request releases one slot id; found two".into(),
+                ))
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The release descriptors of `req` without their release entry, and the rest of it.
+pub fn split_release(
+    req: &RateLimitRequest,
+    at: &[usize],
+) -> (Vec<RateLimitDescriptor>, RateLimitRequest) {
+    let mut released = Vec::with_capacity(at.len());
+    let mut rest = RateLimitRequest {
+        domain: req.domain.clone(),
+        descriptors: Vec::with_capacity(req.descriptors.len() - at.len()),
+        hits_addend: req.hits_addend,
+    };
+    for (i, d) in req.descriptors.iter().enumerate() {
+        if at.contains(&i) {
+            let mut d = d.clone();
+            d.entries.pop();
+            released.push(d);
+        } else {
+            rest.descriptors.push(d.clone());
+        }
+    }
+    (released, rest)
+}
+
+/// `tollgate.slots.v1.Slots`: acquire, release and renew for callers that are not Envoy.
+pub struct SlotsService<S> {
+    limiter: Arc<RateLimiter<S>>,
+}
+
+impl<S> SlotsService<S> {
+    pub fn new(limiter: Arc<RateLimiter<S>>) -> SlotsService<S> {
+        SlotsService { limiter }
+    }
+}
+
+fn now_ms() -> u64 {
+    crate::clock::Clock::now_us(&crate::clock::SystemClock) / 1000
+}
+
+#[tonic::async_trait]
+impl<S: Store> pb::slots_server::Slots for SlotsService<S> {
+    async fn acquire(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<pb::AcquireResponse>, tonic::Status> {
+        let started = now_ms();
+        let decision = self
+            .limiter
+            .should_rate_limit(request.get_ref())
+            .await
+            .map_err(tonic::Status::from)?;
+        let field = |key: &str| {
+            decision
+                .dynamic_metadata
+                .as_ref()
+                .and_then(|m| m.fields.get(key))
+                .and_then(|v| v.kind.clone())
+        };
+        use prost_types::value::Kind;
+        let slot_id = match field(SLOT_KEY) {
+            Some(Kind::StringValue(s)) => s,
+            _ => String::new(),
+        };
+        let expires_at_unix_ms = match field(SLOT_LEASE_KEY) {
+            Some(Kind::NumberValue(ms)) if !slot_id.is_empty() => started + ms as u64,
+            _ => 0,
+        };
+        Ok(tonic::Response::new(pb::AcquireResponse {
+            decision: Some(decision),
+            slot_id,
+            expires_at_unix_ms,
+        }))
+    }
+
+    async fn release(
+        &self,
+        request: tonic::Request<pb::SlotRequest>,
+    ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
+        self.slots(request.into_inner(), crate::algorithm::Mode::Release)
+            .await
+    }
+
+    async fn renew(
+        &self,
+        request: tonic::Request<pb::SlotRequest>,
+    ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
+        self.slots(request.into_inner(), crate::algorithm::Mode::Renew)
+            .await
+    }
+}
+
+impl<S: Store> SlotsService<S> {
+    async fn slots(
+        &self,
+        r: pb::SlotRequest,
+        mode: crate::algorithm::Mode,
+    ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
+        let id = parse_id(&r.slot_id)?;
+        let req = RateLimitRequest {
+            domain: r.domain,
+            descriptors: r.descriptors,
+            hits_addend: 0,
+        };
+        let started = now_ms();
+        let done = self.limiter.slots(&req, id, mode).await?;
+        Ok(tonic::Response::new(pb::SlotResponse {
+            limits: done.limits,
+            expires_at_unix_ms: done.lease_us.map_or(0, |us| started + us / 1000),
+        }))
+    }
+}
