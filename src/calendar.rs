@@ -154,6 +154,19 @@ impl Calendar {
         }
     }
 
+    /// The first day of a week, as `week_starts:` names it.
+    pub fn week_starts_name(&self) -> &'static str {
+        match self.week_starts {
+            Weekday::Monday => "monday",
+            Weekday::Tuesday => "tuesday",
+            Weekday::Wednesday => "wednesday",
+            Weekday::Thursday => "thursday",
+            Weekday::Friday => "friday",
+            Weekday::Saturday => "saturday",
+            Weekday::Sunday => "sunday",
+        }
+    }
+
     /// The first day of the period holding `date`.
     fn first_day(&self, date: Date) -> Date {
         match self.period {

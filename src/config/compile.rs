@@ -113,8 +113,8 @@ fn compile_rule(
         return Err(RuleError::ShareThresholdNeedsWildcard(full_key));
     }
 
-    let mut raw_limits: Vec<RawLimit> = raw.rate_limit.into_iter().collect();
-    raw_limits.extend(raw.rate_limits.unwrap_or_default());
+    let mut raw_limits: Vec<RawLimit> = raw.rate_limit.into_iter().map(|c| c.0).collect();
+    raw_limits.extend(raw.rate_limits.unwrap_or_default().into_iter().map(|c| c.0));
     let mut limits = Vec::with_capacity(raw_limits.len());
     let mut unlimited = false;
     let mut unlimited_replaces = Vec::new();
@@ -286,6 +286,23 @@ pub(super) fn lease_ttl_us(text: &str) -> Result<u64, LimitError> {
         }
         _ => Err(LimitError::LeaseTtl(text.to_string())),
     }
+}
+
+/// The checks of one limit's fields against each other that need nothing else (calendar and
+/// concurrency keys): run as a file is read, so an error names its line.
+pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
+    let algorithm = match rl.algorithm.as_deref() {
+        None => Algorithm::FixedWindow,
+        Some(a) => Algorithm::parse(a).ok_or_else(|| LimitError::Algorithm(a.to_string()))?,
+    };
+    compile_calendar(rl, algorithm)?;
+    if algorithm == Algorithm::Concurrency && rl.calendar.is_none() {
+        check_concurrency(rl, rl.requests_per_unit.unwrap_or(0))?;
+    }
+    if rl.lease_ttl.is_some() && algorithm != Algorithm::Concurrency {
+        return Err(LimitError::LeaseTtlWithoutConcurrency);
+    }
+    Ok(())
 }
 
 /// `calendar:` (with `timezone:` and `week_starts:`): only on a fixed window without `window:`

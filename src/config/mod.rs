@@ -272,7 +272,23 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
                 let _ = write!(s, ", name: {}", l.name);
             }
             let p = &l.params;
-            if p.algorithm != crate::limit::Algorithm::FixedWindow
+            if let Some(c) = &p.calendar {
+                let _ = write!(
+                    s,
+                    ", calendar: {}, timezone: {}",
+                    c.period.name(),
+                    c.zone.name
+                );
+                if c.period == crate::calendar::Period::Week {
+                    let _ = write!(s, ", week_starts: {}", c.week_starts_name());
+                }
+            } else if p.algorithm == crate::limit::Algorithm::Concurrency {
+                let _ = write!(
+                    s,
+                    ", algorithm: concurrency, lease_ttl: {}s",
+                    p.window_us / 1_000_000
+                );
+            } else if p.algorithm != crate::limit::Algorithm::FixedWindow
                 || p.window_us != l.unit.seconds() * 1_000_000
             {
                 let _ = write!(

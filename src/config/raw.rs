@@ -43,9 +43,9 @@ pub struct RawRule {
     #[serde(default, deserialize_with = "scalar")]
     pub value: Option<String>,
     #[serde(default)]
-    pub rate_limit: Option<RawLimit>,
+    pub rate_limit: Option<CheckedLimit>,
     #[serde(default)]
-    pub rate_limits: Option<Vec<RawLimit>>,
+    pub rate_limits: Option<Vec<CheckedLimit>>,
     #[serde(default)]
     pub descriptors: Option<Vec<RawRule>>,
     #[serde(default)]
@@ -102,6 +102,19 @@ pub struct RawLimit {
     /// tollgate: how long a `concurrency` slot is held unless released or renewed (default 5m).
     #[serde(default, deserialize_with = "lease_ttl")]
     pub lease_ttl: Option<String>,
+}
+
+/// A limit read from a file, its fields checked against each other as it was read (calendar
+/// and concurrency keys), so that an error names its line.
+#[derive(Debug, Default)]
+pub struct CheckedLimit(pub RawLimit);
+
+impl<'de> Deserialize<'de> for CheckedLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawLimit::deserialize(d)?;
+        super::compile::check_fields(&raw).map_err(serde::de::Error::custom)?;
+        Ok(CheckedLimit(raw))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -7,7 +7,7 @@ use prost::Message;
 
 use super::super::compile::compile_raw;
 use super::super::load::add_domain;
-use super::super::raw::{RawFile, RawLimit, RawReplace, RawRule};
+use super::super::raw::{CheckedLimit, RawFile, RawLimit, RawReplace, RawRule};
 use super::super::{Config, ConfigError, LoadOptions};
 use crate::limit::Unit;
 use crate::pb::rls_conf::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy};
@@ -83,7 +83,7 @@ fn raw_rule(d: RateLimitDescriptor) -> RawRule {
     RawRule {
         key: Some(d.key),
         value: Some(d.value).filter(|v| !v.is_empty()),
-        rate_limit: d.rate_limit.map(raw_limit),
+        rate_limit: d.rate_limit.map(|p| CheckedLimit(raw_limit(p))),
         descriptors: Some(d.descriptors.into_iter().map(raw_rule).collect()),
         shadow_mode: d.shadow_mode,
         quota_mode: d.quota_mode,
