@@ -12,12 +12,15 @@
 //! - `lease`: leased shared limits (`lease: N`) on two instances never over-admit;
 //! - `replicas`: `--read-replicas` answers check-only requests from cluster replicas;
 //! - `script`: the Lua script against the Rust algorithms, call by call (no service);
-//! - `usage`: usage domains (`--usage-domains`) answer as overdraft limits do.
+//! - `usage`: usage domains (`--usage-domains`) answer as overdraft limits do;
+//! - `calendar`: calendar windows in time zones at their edges (month ends, DST, leap days);
+//! - `slots`: concurrency caps: slots, releases, leases, two instances racing.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod bounds;
+mod calendar;
 mod concurrency;
 mod conformance;
 mod differential;
@@ -28,4 +31,5 @@ mod matching;
 mod model;
 mod replicas;
 mod script;
+mod slots;
 mod usage;
