@@ -4,9 +4,14 @@
 Starts its own redis-server on a free port, then for each scenario and round runs every
 script given on the same calls (alternating, so drift hits all alike): 40,000 EVALSHAs
 pipelined 100 deep over 10,000 tenants, Redis TIME as the clock, and prints the µs per call
-Redis reports: the median of the rounds (their range). Scenarios: one fixed-window charge, one sliding-window charge, one
-token-bucket charge, and scenario (c) of scripts/bench.sh on one node (five fixed-window
+Redis reports: the median of the rounds (their range). Scenarios: one fixed-window charge, one
+calendar-window charge (a UTC month), one sliding-window charge, one token-bucket charge, a
+concurrency acquire and its release (alternating calls on each tenant's key, the release naming
+the acquire's slot id), and scenario (c) of scripts/bench.sh on one node (five fixed-window
 charges, one per key: tenant, the shared global, tenant+model, key, d0).
+
+A script's layout is read from its `local CALL_NUMBERS, ...` line, so a script from before the
+slot id joined the call's numbers (5 of them) runs the scenarios it knows; the others are n/a.
 
   python3 scripts/script-cpu.py lua/tollgate.lua [OTHER.lua ...] [--rounds 3] [--calls 40000]
 
@@ -22,25 +27,62 @@ import sys
 import tempfile
 import time
 
-FIXED, SLIDING, BUCKET = 0, 1, 2
+FIXED, SLIDING, BUCKET, CONCURRENCY = 0, 1, 2, 3
+DECIDE, RELEASE = 0, 4
 MINUTE, SECOND = 60_000_000, 1_000_000
 
 
-def pack(charges):
-    """One call's packed numbers: now (-1: Redis TIME), keys, mode 0, no quota, charges."""
-    nums = [-1, len(charges), 0, 0, len(charges)]
+def month_ends():
+    """The start and end of this UTC month and the next one's end, in µs: what tollgate sends
+    for a `calendar: month` window (src/calendar.rs `choices`)."""
+    t = time.gmtime()
+
+    def start(y, m):
+        return int(calendar_timegm((y, m, 1, 0, 0, 0))) * 1_000_000
+
+    y, m = t.tm_year, t.tm_mon
+    ny, nm = (y + 1, 1) if m == 12 else (y, m + 1)
+    nny, nnm = (ny + 1, 1) if nm == 12 else (ny, nm + 1)
+    a, b, c = start(y, m), start(ny, nm), start(nny, nnm)
+    now = int(time.time() * 1_000_000)
+    return (a, b) if now - a < (b - a) // 2 else (b, c)
+
+
+def calendar_timegm(tup):
+    import calendar
+    return calendar.timegm(tup + (0, 0, 0))
+
+
+def pack(charges, call_numbers, mode=DECIDE, slot=(0, 0)):
+    """One call's packed numbers: now (-1: Redis TIME), keys, mode, no quota, charges (and, in
+    the layout with 7 call numbers, the slot id)."""
+    nums = [-1, len(charges), mode, 0, len(charges)]
+    if call_numbers == 7:
+        nums += list(slot)
     for i, (alg, limit, window, burst) in enumerate(charges):
         nums += [i + 1, alg, limit, window, burst, 0, 1, 0]
     return struct.pack("<%dd" % len(nums), *nums)
 
 
+A, B = month_ends()
+
+# name -> (charges, needs the new layout, alternate acquire/release)
 SCENARIOS = {
-    "fixed window, 1 charge": [(FIXED, 4_000_000_000, SECOND, 4_000_000_000)],
-    "sliding window, 1 charge": [(SLIDING, 4_000_000_000, MINUTE, 4_000_000_000)],
-    "token bucket, 1 charge": [(BUCKET, 1_000_000, SECOND, 4_000_000)],
-    "(c) 5 fixed-window charges": [(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)] * 3
-    + [(FIXED, 4_000_000_000, SECOND, 4_000_000_000)] * 2,
+    "fixed window, 1 charge": ([(FIXED, 4_000_000_000, SECOND, 4_000_000_000)], False, False),
+    "calendar window (a UTC month), 1 charge": ([(FIXED, 4_000_000_000, -A, B)], True, False),
+    "sliding window, 1 charge": ([(SLIDING, 4_000_000_000, MINUTE, 4_000_000_000)], False, False),
+    "token bucket, 1 charge": ([(BUCKET, 1_000_000, SECOND, 4_000_000)], False, False),
+    "concurrency: acquire, then release (per call)": ([(CONCURRENCY, 64, 300 * SECOND, 64)], True, True),
+    "(c) 5 fixed-window charges": ([(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)] * 3
+    + [(FIXED, 4_000_000_000, SECOND, 4_000_000_000)] * 2, False, False),
 }
+
+
+def call_numbers(path):
+    for line in open(path):
+        if line.startswith("local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = "):
+            return int(line.split("=")[1].split(",")[0])
+    raise RuntimeError("%s has no layout line" % path)
 
 
 def resp(*args):
@@ -97,16 +139,22 @@ def usec_per_call(conn):
     raise RuntimeError("no EVALSHA ran")
 
 
-def run(conn, sha, charges, calls, depth=100, tenants=10_000):
+def run(conn, sha, scenario, calls, layout, depth=100, tenants=10_000):
+    charges, _, alternate = scenario
     conn.call("FLUSHALL")
     conn.call("CONFIG", "RESETSTAT")
-    packed = pack(charges)
+    packed = pack(charges, layout)
     n = len(charges)
     for start in range(0, calls, depth):
         batch = []
         for i in range(start, min(start + depth, calls)):
             t = i % tenants
             keys = ["{t%d}:%d" % (t, j) for j in range(n)]
+            if alternate:
+                # Even calls acquire a slot under id (1, i), odd ones release it.
+                slot = (1, i - i % 2)
+                mode = DECIDE if i % 2 == 0 else RELEASE
+                packed = pack(charges, layout, mode, slot)
             batch.append(("EVALSHA", sha, str(n), *keys, packed))
         for r in conn.pipeline(batch):
             if not (isinstance(r, bytes) and r.startswith(b"=")):
@@ -141,12 +189,16 @@ def main():
         shas = [conn.call("SCRIPT", "LOAD", open(p).read()).decode() for p in a.scripts]
         print("| scenario | " + " | ".join(os.path.basename(p) for p in a.scripts) + " |")
         print("|---|" + "---|" * len(a.scripts))
-        for name, charges in SCENARIOS.items():
+        layouts = [call_numbers(p) for p in a.scripts]
+        for name, scenario in SCENARIOS.items():
             results = [[] for _ in a.scripts]
             for _ in range(a.rounds):
                 for i, sha in enumerate(shas):
-                    results[i].append(run(conn, sha, charges, a.calls))
-            cells = ["%.2f (%.2f–%.2f)" % (sorted(r)[len(r) // 2], min(r), max(r)) for r in results]
+                    if scenario[1] and layouts[i] != 7:
+                        continue
+                    results[i].append(run(conn, sha, scenario, a.calls, layouts[i]))
+            cells = ["%.2f (%.2f–%.2f)" % (sorted(r)[len(r) // 2], min(r), max(r)) if r else "n/a"
+                     for r in results]
             print("| %s | %s |" % (name, " | ".join(cells)), flush=True)
     finally:
         server.kill()
