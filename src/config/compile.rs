@@ -201,16 +201,7 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
     let calendar = compile_calendar(&rl, algorithm)?;
     let unit_text = rl.unit.clone().unwrap_or_default();
     let unit = match (calendar, algorithm) {
-        (Some(c), _) => {
-            let unit = c.period.unit();
-            if !unit_text.is_empty() && Unit::parse(&unit_text) != Some(unit) {
-                return Err(LimitError::CalendarUnit {
-                    unit: unit_text,
-                    calendar: c.period.name().to_string(),
-                });
-            }
-            unit
-        }
+        (Some(c), _) => calendar_unit(&rl, c)?,
         (None, Algorithm::Concurrency) => {
             check_concurrency(&rl, requests_per_unit)?;
             Unit::InFlight
@@ -295,7 +286,9 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
         None => Algorithm::FixedWindow,
         Some(a) => Algorithm::parse(a).ok_or_else(|| LimitError::Algorithm(a.to_string()))?,
     };
-    compile_calendar(rl, algorithm)?;
+    if let Some(c) = compile_calendar(rl, algorithm)? {
+        calendar_unit(rl, c)?;
+    }
     if algorithm == Algorithm::Concurrency && rl.calendar.is_none() {
         check_concurrency(rl, rl.requests_per_unit.unwrap_or(0))?;
     }
@@ -303,6 +296,18 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
         return Err(LimitError::LeaseTtlWithoutConcurrency);
     }
     Ok(())
+}
+
+/// A calendar limit's unit: its period's; a `unit` written beside it must agree.
+fn calendar_unit(rl: &RawLimit, c: crate::calendar::Calendar) -> Result<Unit, LimitError> {
+    let unit = c.period.unit();
+    match rl.unit.as_deref().filter(|u| !u.is_empty()) {
+        Some(u) if Unit::parse(u) != Some(unit) => Err(LimitError::CalendarUnit {
+            unit: u.to_string(),
+            calendar: c.period.name().to_string(),
+        }),
+        _ => Ok(unit),
+    }
 }
 
 /// `calendar:` (with `timezone:` and `week_starts:`): only on a fixed window without `window:`

@@ -9,7 +9,8 @@ use tollgate::config::{
 };
 
 /// A file that must be rejected: `want` must appear in the message, and `line` is the line a
-/// YAML-level error points at (`None` for rules checked after parsing).
+/// YAML-level error points at (`None` for rules checked after parsing). A limit's fields checked
+/// against each other as it is read (calendar and concurrency keys) point at its rule's line.
 struct Bad {
     name: &'static str,
     yaml: &'static str,
@@ -339,7 +340,7 @@ descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky_bucket}
 ",
-        want: "rate_limit.algorithm: invalid algorithm 'leaky_bucket'; expected fixed_window, sliding_window or token_bucket",
+        want: "rate_limit.algorithm: invalid algorithm 'leaky_bucket'; expected fixed_window, sliding_window, token_bucket or concurrency",
         line: Some(4),
     },
     Bad {
@@ -473,6 +474,176 @@ descriptors:
 ",
         want: "a token_bucket limit needs requests_per_unit of at least 1",
         line: None,
+    },
+    Bad {
+        name: "an unknown time zone",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: month, timezone: Mars/Olympus, requests_per_unit: 5}
+",
+        want: "unknown time zone 'Mars/Olympus'; expected an IANA name",
+        line: Some(4),
+    },
+    Bad {
+        name: "an unknown calendar period",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: fortnight, requests_per_unit: 5}
+",
+        want: "invalid calendar 'fortnight'; expected day, week, month, quarter or year",
+        line: Some(4),
+    },
+    Bad {
+        name: "a calendar with a window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: day, window: 1h, requests_per_unit: 5}
+",
+        want: "calendar cannot be combined with window",
+        line: Some(3),
+    },
+    Bad {
+        name: "a calendar on a sliding window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: day, algorithm: sliding_window, requests_per_unit: 5}
+",
+        want: "calendar needs algorithm fixed_window (found sliding_window)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a calendar on a token bucket",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: day, algorithm: token_bucket, requests_per_unit: 5}
+",
+        want: "calendar needs algorithm fixed_window (found token_bucket)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a calendar on a concurrency limit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: day, algorithm: concurrency, requests_per_unit: 5}
+",
+        want: "calendar needs algorithm fixed_window (found concurrency)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a calendar with a lease",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: day, requests_per_unit: 5, shared: true, lease: 2}
+",
+        want: "calendar cannot be combined with lease",
+        line: Some(3),
+    },
+    Bad {
+        name: "a calendar whose unit disagrees",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: month, unit: day, requests_per_unit: 5}
+",
+        want: "unit 'day' disagrees with calendar 'month'",
+        line: Some(3),
+    },
+    Bad {
+        name: "week_starts on a month",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: month, week_starts: sunday, requests_per_unit: 5}
+",
+        want: "week_starts is only valid with calendar: week",
+        line: Some(3),
+    },
+    Bad {
+        name: "a timezone without a calendar",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: day, timezone: UTC, requests_per_unit: 5}
+",
+        want: "timezone is only valid with calendar",
+        line: Some(3),
+    },
+    Bad {
+        name: "an unknown weekday",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: week, week_starts: funday, requests_per_unit: 5}
+",
+        want: "invalid week_starts 'funday'",
+        line: Some(4),
+    },
+    Bad {
+        name: "a concurrency cap of 0",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {algorithm: concurrency, requests_per_unit: 0}
+",
+        want: "a concurrency limit holds from 1 to 10000 slots (requests_per_unit), found 0",
+        line: Some(3),
+    },
+    Bad {
+        name: "a concurrency cap over 10000",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {algorithm: concurrency, requests_per_unit: 10001}
+",
+        want: "found 10001",
+        line: Some(3),
+    },
+    Bad {
+        name: "a concurrency limit with a unit",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {algorithm: concurrency, unit: second, requests_per_unit: 5}
+",
+        want: "a concurrency limit cannot also have unit",
+        line: Some(3),
+    },
+    Bad {
+        name: "a concurrency limit with overdraft",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {algorithm: concurrency, requests_per_unit: 5, overdraft: true}
+",
+        want: "a concurrency limit cannot also have overdraft",
+        line: Some(3),
+    },
+    Bad {
+        name: "a lease_ttl under a second",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {algorithm: concurrency, requests_per_unit: 5, lease_ttl: 500ms}
+",
+        want: "invalid lease_ttl '500ms'",
+        line: Some(4),
+    },
+    Bad {
+        name: "a lease_ttl without concurrency",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 5, lease_ttl: 5m}
+",
+        want: "lease_ttl is only valid with algorithm concurrency",
+        line: Some(3),
     },
 ];
 
