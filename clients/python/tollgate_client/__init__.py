@@ -9,8 +9,9 @@
 
 `with tg.slot("llm-gateway", {"model_in_flight": "gpt-4o"}):` holds a slot of a concurrency
 limit (requests in flight) while the block runs. `AsyncClient` is the asyncio twin;
-`tollgate_client.langchain.TollgateRateLimiter` (extra `[langchain]`) is a LangChain rate
-limiter.
+`tollgate_client.langchain` (extra `[langchain]`) has a LangChain rate limiter
+(`TollgateRateLimiter`) and a callback handler that caps generations in flight
+(`TollgateSlotHandler`).
 """
 
 from ._model import (
