@@ -169,12 +169,13 @@ def test_deadline_of_a_full_cap(server: Server) -> None:
 def test_over_rate_limit_fails_at_once_and_takes_nothing(server: Server) -> None:
     v = unique()
     with Client(server.addr) as tg:
-        for _ in range(5):
-            assert tg.check("test", {"per_minute": v}).allowed
+        # sliding3s (2 per trailing 3 s, no window edge to cross): full for about 3 s
+        assert tg.check("test", {"sliding3s": v}, hits=2).allowed
         t0 = time.monotonic()
-        with pytest.raises(AcquireTimeout):  # per_minute's wait (exact) is past max_wait
-            tg.acquire_slot("test", [{"solo": v}, {"per_minute": v}], max_wait=5)
-        assert time.monotonic() - t0 < 0.5
+        with pytest.raises(AcquireTimeout) as e:  # its wait (exact) is past max_wait
+            tg.acquire_slot("test", [{"solo": v}, {"sliding3s": v}], max_wait=0.5)
+        assert time.monotonic() - t0 < 0.3  # no useless sleep
+        assert e.value.decision.wait is not None and e.value.decision.wait > 0.5
         assert not refused(tg, {"solo": v})  # all or nothing: no slot was taken
 
 
