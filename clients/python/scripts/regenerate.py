@@ -10,7 +10,8 @@ at the repository root; `bash scripts/ci-venv.sh` builds target/ci-venv with it)
 The generated code is post-processed so that it can live next to any other copy of Envoy's protos
 (xds-protos, envoy-data-plane, ...) in one process:
 
-* imports of `envoy.…` become `tollgate_client._pb.envoy.…` (no top-level `envoy` package);
+* imports of `envoy.…` and `tollgate.…` become `tollgate_client._pb.envoy.…` and
+  `tollgate_client._pb.tollgate.…` (no top-level `envoy` or `tollgate` package);
 * the files are added to a private descriptor pool (`tollgate_client._pb._pool.POOL`, holding its
   own copies of the well-known types they import) instead of protobuf's default pool, where a
   second, different `envoy/service/ratelimit/v3/rls.proto` would fail with "duplicate file name".
@@ -59,9 +60,12 @@ def protoc(args: list[str]) -> None:
         raise SystemExit(f"protoc failed: {' '.join(argv)}")
 
 
-# The client speaks the rate limit service only; proto/ also holds what the server alone needs
-# (the xDS config source's ADS and RateLimitConfig), which stays out of the package.
-ROOTS = ("envoy/service/ratelimit/v3/rls.proto",)
+# The client speaks the rate limit service and tollgate's concurrency slots; proto/ also holds
+# what the server alone needs (the xDS config source's ADS and RateLimitConfig), which stays
+# out of the package.
+ROOTS = ("envoy/service/ratelimit/v3/rls.proto", "tollgate/slots/v1/slots.proto")
+# Top-level packages of the generated code, whose imports are moved under PREFIX.
+PACKAGES = ("envoy", "tollgate")
 
 
 def client_protos() -> list[str]:
@@ -87,17 +91,18 @@ def generate(out: Path) -> None:
     with_services = [
         p for p in protos if re.search(r"^service\s", (PROTO_ROOT / p).read_text(), re.M)
     ]
-    gen = out / "envoy"
     protoc([f"--python_out={out}", f"--pyi_out={out}", *protos])
     protoc([f"--grpc_python_out={out}", *with_services])
 
     wkt: set[str] = set()
-    for path in sorted(gen.rglob("*")):
+    tops = [out / name for name in PACKAGES if (out / name).is_dir()]
+    for path in sorted(p for top in tops for p in top.rglob("*")):
         if path.suffix not in (".py", ".pyi"):
             continue
         text = path.read_text()
-        text = re.sub(r"^from envoy\.", f"from {PREFIX}.envoy.", text, flags=re.M)
-        text = re.sub(r"^import envoy\.", f"import {PREFIX}.envoy.", text, flags=re.M)
+        for pkg in PACKAGES:
+            text = re.sub(rf"^from {pkg}\.", f"from {PREFIX}.{pkg}.", text, flags=re.M)
+            text = re.sub(rf"^import {pkg}\.", f"import {PREFIX}.{pkg}.", text, flags=re.M)
         if path.name.endswith("_pb2.py"):
             wkt.update(re.findall(r"^from google\.protobuf import (\w+_pb2) as", text, re.M))
             module = path.relative_to(out).with_suffix("").as_posix().replace("/", ".")
@@ -117,7 +122,7 @@ def generate(out: Path) -> None:
         path.write_text(HEADER + text)
 
     # Every directory becomes a regular package.
-    for d in [out, *sorted(p for p in gen.rglob("*") if p.is_dir()), gen]:
+    for d in [out, *tops, *sorted(p for top in tops for p in top.rglob("*") if p.is_dir())]:
         (d / "__init__.py").write_text(HEADER)
     mods = sorted(wkt)
     (out / "_pool.py").write_text(

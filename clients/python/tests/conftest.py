@@ -39,6 +39,13 @@ descriptors:
     rate_limit: {name: shared-2s, unit: second, requests_per_unit: 5, window: 2s, algorithm: sliding_window}
   - key: chat                # the LangChain test: 2 per trailing second
     rate_limit: {name: chat-rps, unit: second, requests_per_unit: 2, algorithm: sliding_window}
+  # concurrency: slots in flight
+  - key: cap2                # 2 at once; a 5 s lease, longer than any test holds a slot
+    rate_limit: {name: cap-2, algorithm: concurrency, requests_per_unit: 2, lease_ttl: 5s}
+  - key: solo                # 1 at once, the default 5 min lease: only a release frees it
+    rate_limit: {name: solo, algorithm: concurrency, requests_per_unit: 1}
+  - key: brief               # 1 at once, a 1 s lease: expiry and renewal
+    rate_limit: {name: brief, algorithm: concurrency, requests_per_unit: 1, lease_ttl: 1s}
 """
 
 

@@ -298,7 +298,8 @@ async def test_async_acquire_never_spins() -> None:
 # ------------------------------------------------------------------ packaging
 def test_no_top_level_envoy_package_and_no_descriptor_pool_clash() -> None:
     """Another copy of Envoy's rls.proto (e.g. xds-protos) already in protobuf's default pool
-    must not break tollgate_client, and tollgate_client must not import a top-level `envoy`."""
+    must not break tollgate_client, and tollgate_client must not import a top-level `envoy` (or
+    `tollgate`, the slots proto's package)."""
     code = r"""
 import sys
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -311,7 +312,8 @@ import tollgate_client
 from tollgate_client._model import build_request
 req, _ = build_request("d", {"k": "v"}, 0)
 assert req.descriptors[0].HasField("hits_addend")
-assert "envoy" not in sys.modules, sorted(m for m in sys.modules if m.startswith("envoy"))
+for top in ("envoy", "tollgate"):
+    assert top not in sys.modules, sorted(m for m in sys.modules if m.startswith(top))
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

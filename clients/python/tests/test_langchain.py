@@ -1,7 +1,9 @@
-"""TollgateRateLimiter throttles a (fake) LangChain chat model."""
+"""TollgateRateLimiter throttles a (fake) LangChain chat model; TollgateSlotHandler caps its
+generations in flight."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -13,7 +15,7 @@ from langchain_core.rate_limiters import BaseRateLimiter
 from pydantic import Field
 
 from tollgate_client import AcquireTimeout, AsyncClient, Client, Descriptor
-from tollgate_client.langchain import TollgateRateLimiter
+from tollgate_client.langchain import TollgateRateLimiter, TollgateSlotHandler
 
 
 class TimedModel(FakeListChatModel):
@@ -104,3 +106,105 @@ def test_limiter_with_token_budget(server: Server) -> None:
         with pytest.raises(AcquireTimeout):
             model.invoke("hello again")
         assert len(model.started) == 1
+
+
+# ------------------------------------------------------------------ generations in flight
+class SpanModel(FakeListChatModel):
+    """Each generation takes `hold` seconds and records its (start, end); `fail` raises."""
+
+    hold: float = 0.3
+    fail: bool = False
+    spans: list[tuple[float, float]] = Field(default_factory=list)
+
+    def _call(self, *args: Any, **kwargs: Any) -> str:
+        start = time.monotonic()
+        time.sleep(self.hold)
+        self.spans.append((start, time.monotonic()))
+        if self.fail:
+            raise RuntimeError("model down")
+        return super()._call(*args, **kwargs)
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    now = most = 0
+    for _, step in events:  # an end sorts before a start at the same instant
+        now += step
+        most = max(most, now)
+    return most
+
+
+def cap_is_free(tg: Client, key: dict[str, str], n: int) -> bool:
+    """n slots can be taken at once now (and are given back)."""
+    try:
+        slots = [tg.acquire_slot("test", key, max_wait=0) for _ in range(n)]
+    except AcquireTimeout:
+        return False
+    for s in slots:
+        tg.release_slot(s)
+    return True
+
+
+def test_slot_handler_caps_generations_in_flight(server: Server) -> None:
+    key = {"cap2": unique()}  # 2 in flight
+    with Client(server.addr) as tg:
+        handler = TollgateSlotHandler(tg, "test", key, max_wait=30)
+        model = SpanModel(responses=["hi"], callbacks=[handler])
+        replies: list[Any] = []
+        # six generations at once (FakeListChatModel.batch would run them one by one)
+        ts = [threading.Thread(target=lambda: replies.append(model.invoke("hello")))
+              for _ in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert [r.content for r in replies] == ["hi"] * 6
+        assert len(model.spans) == 6 and most_at_once(model.spans) == 2, model.spans
+        assert handler.held == 0 and cap_is_free(tg, key, 2)
+
+
+def test_slot_handler_refuses_beyond_the_cap(server: Server) -> None:
+    key = {"cap2": unique()}
+    with Client(server.addr) as tg:
+        handler = TollgateSlotHandler(tg, "test", key, max_wait=0)  # refuse at once
+        model = SpanModel(responses=["hi"], hold=1.0, callbacks=[handler])
+        ts = [threading.Thread(target=model.invoke, args=("hello",)) for _ in range(2)]
+        for t in ts:
+            t.start()
+        deadline = time.monotonic() + 5
+        while handler.held < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert handler.held == 2
+        with pytest.raises(AcquireTimeout):
+            model.invoke("a third")
+        for t in ts:
+            t.join()
+        assert len(model.spans) == 2  # the third never reached the model
+        assert handler.held == 0 and cap_is_free(tg, key, 2)
+
+
+def test_slot_handler_releases_an_errored_generation(server: Server) -> None:
+    key = {"solo": unique()}  # 1 in flight, a 5 min lease: only a release frees it
+    with Client(server.addr) as tg:
+        handler = TollgateSlotHandler(tg, "test", key, max_wait=0)
+        broken = SpanModel(responses=["hi"], hold=0.0, fail=True, callbacks=[handler])
+        for _ in range(2):  # the second would be refused had the first kept its slot
+            with pytest.raises(RuntimeError, match="model down"):
+                broken.invoke("hello")
+        assert handler.held == 0 and cap_is_free(tg, key, 1)
+        fine = SpanModel(responses=["hi"], hold=0.0, callbacks=[handler])
+        assert fine.invoke("hello").content == "hi"
+        assert cap_is_free(tg, key, 1)
+
+
+async def test_slot_handler_async(server: Server) -> None:
+    key = {"cap2": unique()}
+    with Client(server.addr) as tg:
+        handler = TollgateSlotHandler(tg, "test", key, max_wait=30)
+        model = SpanModel(responses=["hi"], hold=0.3)
+        replies = await asyncio.gather(
+            *(model.ainvoke("hello", config={"callbacks": [handler]}) for _ in range(5))
+        )
+        assert [r.content for r in replies] == ["hi"] * 5
+        assert most_at_once(model.spans) == 2, model.spans
+        assert handler.held == 0 and cap_is_free(tg, key, 2)

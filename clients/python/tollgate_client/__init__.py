@@ -7,12 +7,16 @@
         if not d.allowed:
             print("retry in", d.wait, "s")
 
-`AsyncClient` is the asyncio twin; `tollgate_client.langchain.TollgateRateLimiter` (extra
-`[langchain]`) is a LangChain rate limiter.
+`with tg.slot("llm-gateway", {"model_in_flight": "gpt-4o"}):` holds a slot of a concurrency
+limit (requests in flight) while the block runs. `AsyncClient` is the asyncio twin;
+`tollgate_client.langchain` (extra `[langchain]`) has a LangChain rate limiter
+(`TollgateRateLimiter`) and a callback handler that caps generations in flight
+(`TollgateSlotHandler`).
 """
 
 from ._model import (
     MIN_SLEEP,
+    SLOT_POLL,
     AcquireTimeout,
     Code,
     CostNeverFits,
@@ -22,6 +26,8 @@ from ._model import (
     Descriptors,
     DescriptorStatus,
     Limit,
+    Slot,
+    SlotResult,
     TollgateError,
     TollgateRequestError,
     TollgateUnavailable,
@@ -43,6 +49,7 @@ __all__ = [
     "DEFAULT_TOKENS_DOMAIN",
     "DEFAULT_TOKENS_KEY",
     "MIN_SLEEP",
+    "SLOT_POLL",
     "AcquireTimeout",
     "AsyncClient",
     "Client",
@@ -54,6 +61,8 @@ __all__ = [
     "DescriptorStatus",
     "Descriptors",
     "Limit",
+    "Slot",
+    "SlotResult",
     "TollgateError",
     "TollgateRequestError",
     "TollgateUnavailable",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Union
@@ -12,10 +13,17 @@ import grpc
 
 from ._pb.envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from ._pb.envoy.service.ratelimit.v3 import rls_pb2
+from ._pb.tollgate.slots.v1 import slots_pb2
 
 #: Shortest sleep between two checks of `acquire`, in seconds, even when the server reports a
 #: wait of 0 with OVER_LIMIT: acquire never spins.
 MIN_SLEEP = 0.05
+
+#: Longest sleep, in seconds, between two tries of `acquire_slot` while a concurrency limit is
+#: full. Its reported wait is when a lease ends (the latest a slot frees itself), but a release
+#: frees one at any moment without telling anyone, so the client asks again sooner: after
+#: MIN_SLEEP, then twice as long each time up to this, with jitter.
+SLOT_POLL = 0.5
 
 #: gRPC codes that mean "no answer from tollgate" (fail_open applies to these, and only these).
 UNAVAILABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -43,7 +51,13 @@ class Limit:
 
     name: str
     requests_per_unit: int
-    unit: str  # "SECOND", "MINUTE", ... as the server reports it
+    unit: str  # "SECOND", "MINUTE", ... as the server reports it; "UNKNOWN": in flight
+
+    @property
+    def in_flight(self) -> bool:
+        """A cap on requests in flight (tollgate's `algorithm: concurrency`), which tollgate
+        reports in no unit of time (UNKNOWN)."""
+        return self.unit == "UNKNOWN"
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,9 @@ class Decision:
     failed_open: bool = False
     #: The gRPC error behind a failed-open result.
     error: str | None = field(default=None, compare=False)
+    #: The id of the concurrency slots this request took (tollgate's `tollgate.slot` dynamic
+    #: metadata), for `release_slot` / `renew_slot`; None when it took none.
+    slot_id: str | None = field(default=None, compare=False)
 
     @property
     def allowed(self) -> bool:
@@ -221,6 +238,18 @@ def _seconds(d: object) -> float:
     return d.seconds + d.nanos / 1e9  # type: ignore[attr-defined, no-any-return]
 
 
+SLOT_KEY = "tollgate.slot"
+SLOT_LEASE_KEY = "tollgate.slot_lease_ms"
+
+
+def _metadata(resp: rls_pb2.RateLimitResponse, key: str) -> object:
+    if not resp.HasField("dynamic_metadata") or key not in resp.dynamic_metadata.fields:
+        return None
+    v = resp.dynamic_metadata.fields[key]
+    kind = v.WhichOneof("kind")
+    return getattr(v, kind) if kind else None
+
+
 def parse_response(resp: rls_pb2.RateLimitResponse) -> Decision:
     """The Decision; raises CostNeverFits for OVER_LIMIT without a wait."""
     statuses = []
@@ -255,7 +284,13 @@ def parse_response(resp: rls_pb2.RateLimitResponse) -> Decision:
             # No OVER_LIMIT status at all would be a server bug; report it the same way.
             raise CostNeverFits(decision, never)
         wait = max(s.reset for _, s in over if s.reset is not None)
-    return Decision(code=code, statuses=tuple(statuses), wait=wait)
+    slot = _metadata(resp, SLOT_KEY)
+    return Decision(
+        code=code,
+        statuses=tuple(statuses),
+        wait=wait,
+        slot_id=slot if isinstance(slot, str) and slot else None,
+    )
 
 
 def _code(value: int) -> Code:
@@ -265,21 +300,22 @@ def _code(value: int) -> Code:
         return Code.UNKNOWN
 
 
-def on_rpc_error(err: grpc.RpcError, fail_open: bool, n_descriptors: int) -> Decision:
-    """A failed-open Decision, or the right exception."""
+def failed_open(err: grpc.RpcError, fail_open: bool) -> str:
+    """Why a call failed open ("CODE: details"), or the right exception."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = (err.details() if hasattr(err, "details") else None) or str(code)
     if code in UNAVAILABLE_CODES:
         if fail_open:
-            ok = DescriptorStatus(code=Code.OK, limit=None, remaining=None, reset=None)
-            return Decision(
-                code=Code.OK,
-                statuses=(ok,) * n_descriptors,
-                failed_open=True,
-                error=f"{code.name}: {details}",
-            )
+            return f"{code.name}: {details}"
         raise TollgateUnavailable(code, details) from err
     raise TollgateRequestError(code, details) from err
+
+
+def on_rpc_error(err: grpc.RpcError, fail_open: bool, n_descriptors: int) -> Decision:
+    """A failed-open Decision, or the right exception."""
+    error = failed_open(err, fail_open)
+    ok = DescriptorStatus(code=Code.OK, limit=None, remaining=None, reset=None)
+    return Decision(code=Code.OK, statuses=(ok,) * n_descriptors, failed_open=True, error=error)
 
 
 def next_sleep(decision: Decision, time_left: float | None, waited: float) -> float:
@@ -307,3 +343,171 @@ def check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
         raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
     return timeout
+
+
+# ---------------------------------------------------------------------- concurrency slots
+@dataclass(init=False, eq=False)
+class Slot:
+    """Slots held under one id on the concurrency limits (`algorithm: concurrency`) a request
+    reached, as `acquire_slot` returns them. Each frees itself when its lease ends unless
+    released (`release_slot`) or renewed (`renew_slot`).
+
+    Built by hand, `Slot(domain, descriptors, id)` names slots taken elsewhere (another process,
+    or a `check` whose `Decision.slot_id` says it took some); release and renew need the same
+    domain and descriptors that took them.
+    """
+
+    domain: str
+    descriptors: tuple[Descriptor, ...]
+    #: The slot id (26 hex digits); "" when no slot was taken: the descriptors reach no
+    #: concurrency limit, or tollgate did not answer and the client fails open.
+    id: str
+    #: When the shortest of its leases ends unless renewed (Unix time, seconds); None when none
+    #: is held (nothing taken, released, or found expired by a renew).
+    expires_at: float | None
+    #: The shortest lease of these slots in seconds, as the server reported it (None: unknown).
+    lease: float | None
+    #: The acquire's decision (None for a Slot built by hand).
+    decision: Decision | None
+    #: Set by the background renewal of `slot(..., renew=...)` when a renew found the id held
+    #: nothing any more (its lease had ended): the work goes on without a slot.
+    lost: bool
+    #: The last error of a background renew (it keeps trying until the block ends).
+    renew_error: str | None
+
+    def __init__(
+        self,
+        domain: str,
+        descriptors: Descriptors,
+        id: str,
+        *,
+        expires_at: float | None = None,
+        lease: float | None = None,
+        decision: Decision | None = None,
+    ) -> None:
+        self.domain = domain
+        self.descriptors = tuple(_as_descriptors(descriptors))
+        self.id = id
+        self.expires_at = expires_at
+        self.lease = lease
+        self.decision = decision
+        self.lost = False
+        self.renew_error = None
+
+    @property
+    def failed_open(self) -> bool:
+        """tollgate did not answer the acquire and the client fails open: nothing is held."""
+        return self.decision is not None and self.decision.failed_open
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """The answer to `release_slot` / `renew_slot`."""
+
+    #: On how many concurrency limits the id held slots (and so were released or renewed);
+    #: 0: it held none (never taken, already released, or its lease ended).
+    limits: int
+    #: Renew: when the shortest renewed lease ends (Unix time, seconds); None when none was.
+    expires_at: float | None = None
+    #: tollgate did not answer and the client fails open (nothing was done), or the slot was
+    #: a failed-open one.
+    failed_open: bool = False
+    error: str | None = field(default=None, compare=False)
+
+    @property
+    def held(self) -> bool:
+        return self.limits > 0
+
+
+ACQUIRE_METHOD = "/tollgate.slots.v1.Slots/Acquire"
+RELEASE_METHOD = "/tollgate.slots.v1.Slots/Release"
+RENEW_METHOD = "/tollgate.slots.v1.Slots/Renew"
+ACQUIRE_DESERIALIZE = slots_pb2.AcquireResponse.FromString
+SLOT_SERIALIZE = slots_pb2.SlotRequest.SerializeToString
+SLOT_DESERIALIZE = slots_pb2.SlotResponse.FromString
+
+
+def parse_acquire(
+    domain: str, descriptors: Descriptors, resp: slots_pb2.AcquireResponse
+) -> tuple[Slot, Decision]:
+    """The Slot (id "" when none was taken) and the decision; raises CostNeverFits as
+    `parse_response`."""
+    decision = parse_response(resp.decision)
+    lease_ms = _metadata(resp.decision, SLOT_LEASE_KEY)
+    slot = Slot(
+        domain,
+        descriptors,
+        resp.slot_id,
+        expires_at=resp.expires_at_unix_ms / 1000 if resp.expires_at_unix_ms else None,
+        lease=lease_ms / 1000 if isinstance(lease_ms, float) and resp.slot_id else None,
+        decision=decision,
+    )
+    return slot, decision
+
+
+def failed_open_slot(domain: str, descriptors: Descriptors, decision: Decision) -> Slot:
+    return Slot(domain, descriptors, "", decision=decision)
+
+
+def build_slot_request(slot: Slot) -> slots_pb2.SlotRequest:
+    req = slots_pb2.SlotRequest(domain=slot.domain, slot_id=slot.id)
+    for d in slot.descriptors:
+        msg = req.descriptors.add()
+        for k, v in d.entries:
+            msg.entries.add(key=k, value=v)
+    return req
+
+
+def parse_slot_response(resp: slots_pb2.SlotResponse) -> SlotResult:
+    return SlotResult(
+        limits=resp.limits,
+        expires_at=resp.expires_at_unix_ms / 1000 if resp.expires_at_unix_ms else None,
+    )
+
+
+def next_slot_sleep(
+    decision: Decision, time_left: float | None, waited: float, tries: int
+) -> float:
+    """How long acquire_slot sleeps after an OVER_LIMIT decision, or AcquireTimeout.
+
+    A full concurrency limit reports when a lease ends, the latest a slot frees itself; a
+    release may free one at any moment, so the next try comes sooner (backing off from
+    MIN_SLEEP to SLOT_POLL, with jitter) and the deadline is reached before giving up. An over
+    rate limit's wait is exact: past the deadline it fails at once, as `acquire` does."""
+    over = [s for s in decision.statuses if s.code == Code.OVER_LIMIT]
+    exact = max((s.reset or 0.0 for s in over if not (s.limit and s.limit.in_flight)), default=0.0)
+    if time_left is not None and (time_left <= 0 or exact > time_left):
+        raise AcquireTimeout(decision, waited)
+    wait = decision.wait or 0.0
+    if any(s.limit and s.limit.in_flight for s in over):
+        poll = min(SLOT_POLL, MIN_SLEEP * 2 ** min(tries, 16)) * random.uniform(0.5, 1.0)
+        wait = max(exact, min(wait, poll))
+    wait = max(wait, MIN_SLEEP)
+    return wait if time_left is None else min(wait, time_left)
+
+
+def check_renew(renew: bool | float) -> None:
+    if not isinstance(renew, bool) and (not math.isfinite(renew) or renew <= 0):
+        raise ValueError(
+            f"renew must be True, False or a positive number of seconds, got {renew!r}"
+        )
+
+
+def renew_interval(slot: Slot, renew: bool | float) -> float | None:
+    """The background renewal's period: half the lease for True, or the seconds given; None:
+    no renewal (not asked, or nothing held)."""
+    check_renew(renew)
+    if renew is False or not slot.id:
+        return None
+    if renew is True:
+        return max(slot.lease / 2, MIN_SLEEP) if slot.lease else None
+    return float(renew)
+
+
+def release_failed(exc: BaseException, slot: Slot, err: BaseException) -> None:
+    """A release at the end of a block that raised failed: say so on the block's exception
+    (which goes on), rather than hide it behind the release's."""
+    exc.add_note(
+        f"tollgate_client: releasing slot {slot.id} failed ({err}); "
+        "it frees itself when its lease ends"
+    )

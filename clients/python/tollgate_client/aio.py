@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Literal
 
@@ -12,22 +13,41 @@ import grpc
 import grpc.aio
 
 from ._model import (
+    ACQUIRE_DESERIALIZE,
+    ACQUIRE_METHOD,
     DESERIALIZE,
     METHOD,
+    RELEASE_METHOD,
+    RENEW_METHOD,
     SERIALIZE,
+    SLOT_DESERIALIZE,
+    SLOT_SERIALIZE,
     UNSET,
     Decision,
     Descriptor,
     Descriptors,
+    Slot,
+    SlotResult,
+    TollgateError,
     _Unset,
     build_request,
+    build_slot_request,
+    check_renew,
     check_timeout,
+    failed_open,
+    failed_open_slot,
     next_sleep,
+    next_slot_sleep,
     on_rpc_error,
+    parse_acquire,
     parse_response,
+    parse_slot_response,
     pick_timeout,
+    release_failed,
+    renew_interval,
     target,
 )
+from ._pb.tollgate.slots.v1 import slots_pb2
 from .client import DEFAULT_MAX_WAIT, DEFAULT_TIMEOUT, DEFAULT_TOKENS_DOMAIN, DEFAULT_TOKENS_KEY
 
 
@@ -69,6 +89,17 @@ class AsyncClient:
         self._channel = channel
         self._call = channel.unary_unary(
             METHOD, request_serializer=SERIALIZE, response_deserializer=DESERIALIZE
+        )
+        self._acquire_slot = channel.unary_unary(
+            ACQUIRE_METHOD, request_serializer=SERIALIZE, response_deserializer=ACQUIRE_DESERIALIZE
+        )
+        self._release_slot = channel.unary_unary(
+            RELEASE_METHOD,
+            request_serializer=SLOT_SERIALIZE,
+            response_deserializer=SLOT_DESERIALIZE,
+        )
+        self._renew_slot = channel.unary_unary(
+            RENEW_METHOD, request_serializer=SLOT_SERIALIZE, response_deserializer=SLOT_DESERIALIZE
         )
 
     async def check(
@@ -125,6 +156,111 @@ class AsyncClient:
             self.tokens_domain, Descriptor({self.tokens_key: tenant}, hits=used)
         )
 
+    async def acquire_slot(
+        self,
+        domain: str,
+        descriptors: Descriptors,
+        *,
+        hits: int = 1,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+        timeout: float | None | Literal[_Unset.UNSET] = UNSET,
+    ) -> Slot:
+        """See `Client.acquire_slot` (awaits `asyncio.sleep` between tries)."""
+        req, n = build_request(domain, descriptors, hits)
+        t = pick_timeout(self.timeout, timeout)
+        start = time.monotonic()
+        tries = 0
+        while True:
+            try:
+                resp = await self._acquire_slot(req, timeout=t, metadata=self._metadata)
+            except grpc.RpcError as err:
+                return failed_open_slot(domain, descriptors, on_rpc_error(err, self.fail_open, n))
+            slot, decision = parse_acquire(domain, descriptors, resp)
+            if decision.allowed:
+                return slot
+            now = time.monotonic()
+            left = None if max_wait is None else start + max_wait - now
+            await asyncio.sleep(next_slot_sleep(decision, left, now - start, tries))
+            tries += 1
+
+    async def release_slot(
+        self, slot: Slot, *, timeout: float | None | Literal[_Unset.UNSET] = UNSET
+    ) -> SlotResult:
+        """See `Client.release_slot`."""
+        return await self._slot_call(self._release_slot, slot, timeout, release=True)
+
+    async def renew_slot(
+        self, slot: Slot, *, timeout: float | None | Literal[_Unset.UNSET] = UNSET
+    ) -> SlotResult:
+        """See `Client.renew_slot`."""
+        return await self._slot_call(self._renew_slot, slot, timeout, release=False)
+
+    async def _slot_call(
+        self,
+        call: grpc.aio.UnaryUnaryMultiCallable[slots_pb2.SlotRequest, slots_pb2.SlotResponse],
+        slot: Slot,
+        timeout: float | None | Literal[_Unset.UNSET],
+        release: bool,
+    ) -> SlotResult:
+        if not slot.id:
+            return SlotResult(limits=0, failed_open=slot.failed_open)
+        req = build_slot_request(slot)
+        try:
+            resp = await call(
+                req, timeout=pick_timeout(self.timeout, timeout), metadata=self._metadata
+            )
+        except grpc.RpcError as err:
+            return SlotResult(limits=0, failed_open=True, error=failed_open(err, self.fail_open))
+        result = parse_slot_response(resp)
+        slot.expires_at = None if release else result.expires_at
+        return result
+
+    @asynccontextmanager
+    async def slot(
+        self,
+        domain: str,
+        descriptors: Descriptors,
+        *,
+        hits: int = 1,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+        renew: bool | float = False,
+    ) -> AsyncIterator[Slot]:
+        """`async with client.slot(...) as slot:` — see `Client.slot` (the background renewal
+        is a task of the running loop). The release also runs when the block is cancelled."""
+        check_renew(renew)
+        slot = await self.acquire_slot(domain, descriptors, hits=hits, max_wait=max_wait)
+        interval = renew_interval(slot, renew)
+        renewer = (
+            asyncio.create_task(self._renew_every(slot, interval), name=f"tollgate-renew-{slot.id}")
+            if interval is not None
+            else None
+        )
+        try:
+            yield slot
+        except BaseException as exc:
+            await _stop(renewer)
+            try:
+                await self.release_slot(slot)
+            except TollgateError as err:
+                release_failed(exc, slot, err)
+            raise
+        await _stop(renewer)
+        await self.release_slot(slot)
+
+    async def _renew_every(self, slot: Slot, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                result = await self.renew_slot(slot)
+            except TollgateError as err:
+                slot.renew_error = str(err)
+                continue
+            if result.failed_open:
+                slot.renew_error = result.error
+            elif not result.held:
+                slot.lost = True
+                return
+
     async def close(self) -> None:
         if self._own_channel:
             await self._channel.close(grace=None)
@@ -139,3 +275,11 @@ class AsyncClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    """Cancels the renewal task and waits for it (asyncio.wait: a cancellation of the caller
+    still propagates)."""
+    if task is not None:
+        task.cancel()
+        await asyncio.wait([task])

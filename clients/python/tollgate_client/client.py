@@ -2,30 +2,51 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Literal
 
 import grpc
 
 from ._model import (
+    ACQUIRE_DESERIALIZE,
+    ACQUIRE_METHOD,
     DESERIALIZE,
     METHOD,
+    RELEASE_METHOD,
+    RENEW_METHOD,
     SERIALIZE,
+    SLOT_DESERIALIZE,
+    SLOT_SERIALIZE,
     UNSET,
-    _Unset,
     Decision,
     Descriptor,
     Descriptors,
+    Slot,
+    SlotResult,
+    TollgateError,
+    _Unset,
     build_request,
+    build_slot_request,
+    check_renew,
     check_timeout,
+    failed_open,
+    failed_open_slot,
     next_sleep,
+    next_slot_sleep,
     on_rpc_error,
+    parse_acquire,
     parse_response,
+    parse_slot_response,
     pick_timeout,
+    release_failed,
+    renew_interval,
     target,
 )
+from ._pb.tollgate.slots.v1 import slots_pb2
 
 #: Default deadline of one ShouldRateLimit call, in seconds.
 DEFAULT_TIMEOUT = 0.5
@@ -86,6 +107,17 @@ class Client:
         self._channel = channel
         self._call = channel.unary_unary(
             METHOD, request_serializer=SERIALIZE, response_deserializer=DESERIALIZE
+        )
+        self._acquire_slot = channel.unary_unary(
+            ACQUIRE_METHOD, request_serializer=SERIALIZE, response_deserializer=ACQUIRE_DESERIALIZE
+        )
+        self._release_slot = channel.unary_unary(
+            RELEASE_METHOD,
+            request_serializer=SLOT_SERIALIZE,
+            response_deserializer=SLOT_DESERIALIZE,
+        )
+        self._renew_slot = channel.unary_unary(
+            RENEW_METHOD, request_serializer=SLOT_SERIALIZE, response_deserializer=SLOT_DESERIALIZE
         )
 
     def check(
@@ -162,6 +194,123 @@ class Client:
         OVER_LIMIT answer means nothing was recorded."""
         return self.check(self.tokens_domain, Descriptor({self.tokens_key: tenant}, hits=used))
 
+    # ------------------------------------------------------------------ concurrency slots
+    def acquire_slot(
+        self,
+        domain: str,
+        descriptors: Descriptors,
+        *,
+        hits: int = 1,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+        timeout: float | None | Literal[_Unset.UNSET] = UNSET,
+    ) -> Slot:
+        """Take slots on the concurrency limits (`algorithm: concurrency`) the descriptors reach
+        (`tollgate.slots.v1.Slots/Acquire`), waiting while they are full; release them with
+        `release_slot` (or use `slot(...)`, which does).
+
+        The request is decided as `check` decides it (every limit it reaches, all or nothing);
+        when OK, it holds `hits` slots on each concurrency limit under the id returned, each
+        freeing itself after the limit's lease_ttl unless released or renewed. While over, it
+        sleeps and asks again (see `next_slot_sleep`: soon for a full concurrency limit, whose
+        slots a release may free at any moment; the exact wait for an over rate limit). Past
+        `max_wait` seconds (None: no deadline; 0: one try) it raises AcquireTimeout, as
+        `acquire` does; CostNeverFits when `hits` is more than a limit holds.
+
+        Returns the Slot; its id is "" when no slot was taken (the descriptors reach no
+        concurrency limit, or, with fail_open=True, tollgate did not answer: `failed_open`).
+        """
+        req, n = build_request(domain, descriptors, hits)
+        t = pick_timeout(self.timeout, timeout)
+        start = time.monotonic()
+        tries = 0
+        while True:
+            try:
+                resp = self._acquire_slot(req, timeout=t, metadata=self._metadata)
+            except grpc.RpcError as err:
+                return failed_open_slot(domain, descriptors, on_rpc_error(err, self.fail_open, n))
+            slot, decision = parse_acquire(domain, descriptors, resp)
+            if decision.allowed:
+                return slot
+            now = time.monotonic()
+            left = None if max_wait is None else start + max_wait - now
+            time.sleep(next_slot_sleep(decision, left, now - start, tries))
+            tries += 1
+
+    def release_slot(
+        self, slot: Slot, *, timeout: float | None | Literal[_Unset.UNSET] = UNSET
+    ) -> SlotResult:
+        """Free the slots `slot.id` holds (`Slots/Release`). `limits` says on how many
+        concurrency limits it held some: 0 when it held none (never taken, already released,
+        or its lease ended). A slot without an id (none taken, failed open) is not sent.
+        TollgateUnavailable (fail_open=False) or a failed-open result when tollgate does not
+        answer: the slots then free themselves when their lease ends."""
+        return self._slot_call(self._release_slot, slot, timeout, release=True)
+
+    def renew_slot(
+        self, slot: Slot, *, timeout: float | None | Literal[_Unset.UNSET] = UNSET
+    ) -> SlotResult:
+        """Move the end of the leases `slot.id` holds to now plus each limit's lease_ttl
+        (`Slots/Renew`), and `slot.expires_at` with it. `limits` 0: it holds nothing any more
+        (released, or the lease ended first)."""
+        return self._slot_call(self._renew_slot, slot, timeout, release=False)
+
+    def _slot_call(
+        self,
+        call: grpc.UnaryUnaryMultiCallable[slots_pb2.SlotRequest, slots_pb2.SlotResponse],
+        slot: Slot,
+        timeout: float | None | Literal[_Unset.UNSET],
+        release: bool,
+    ) -> SlotResult:
+        if not slot.id:
+            return SlotResult(limits=0, failed_open=slot.failed_open)
+        req = build_slot_request(slot)
+        try:
+            resp = call(req, timeout=pick_timeout(self.timeout, timeout), metadata=self._metadata)
+        except grpc.RpcError as err:
+            return SlotResult(limits=0, failed_open=True, error=failed_open(err, self.fail_open))
+        result = parse_slot_response(resp)
+        slot.expires_at = None if release else result.expires_at
+        return result
+
+    @contextmanager
+    def slot(
+        self,
+        domain: str,
+        descriptors: Descriptors,
+        *,
+        hits: int = 1,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+        renew: bool | float = False,
+    ) -> Iterator[Slot]:
+        """`with client.slot(domain, descriptors) as slot:` — `acquire_slot` on entering
+        (waiting up to `max_wait`, then AcquireTimeout), `release_slot` on leaving, however the
+        block ends. If that release fails after the block raised, the block's exception goes
+        on (with a note); the slots then free themselves when their lease ends.
+
+        renew: True renews the slots in a background thread every half lease while the block
+        runs; a number renews every that many seconds. A renew that finds nothing held sets
+        `slot.lost` and stops; errors are kept in `slot.renew_error` and retried.
+        """
+        check_renew(renew)
+        slot = self.acquire_slot(domain, descriptors, hits=hits, max_wait=max_wait)
+        interval = renew_interval(slot, renew)
+        renewer = _Renewer(self, slot, interval) if interval is not None else None
+        if renewer is not None:
+            renewer.start()
+        try:
+            yield slot
+        except BaseException as exc:
+            if renewer is not None:
+                renewer.stop()
+            try:
+                self.release_slot(slot)
+            except TollgateError as err:
+                release_failed(exc, slot, err)
+            raise
+        if renewer is not None:
+            renewer.stop()
+        self.release_slot(slot)
+
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         if self._own_channel:
@@ -177,3 +326,31 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _Renewer(threading.Thread):
+    """Renews a slot every `interval` seconds until stopped (or until it holds nothing)."""
+
+    def __init__(self, client: Client, slot: Slot, interval: float) -> None:
+        super().__init__(name=f"tollgate-renew-{slot.id}", daemon=True)
+        self._client = client
+        self._slot = slot
+        self._interval = interval
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self._interval):
+            try:
+                result = self._client.renew_slot(self._slot)
+            except TollgateError as err:
+                self._slot.renew_error = str(err)
+                continue
+            if result.failed_open:
+                self._slot.renew_error = result.error
+            elif not result.held:
+                self._slot.lost = True
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()

@@ -1,4 +1,5 @@
-"""A LangChain rate limiter backed by tollgate (needs the `[langchain]` extra: langchain-core).
+"""A LangChain rate limiter and a cap on generations in flight, backed by tollgate (needs the
+`[langchain]` extra: langchain-core).
 
     from tollgate_client import Client
     from tollgate_client.langchain import TollgateRateLimiter
@@ -13,22 +14,38 @@ LangChain's `acquire` carries no cost, so each acquire is one request (cost 1) a
 descriptors; tokens go through `Client.check_tokens` / `Client.record_tokens` — or add a
 check-only token descriptor to `descriptors` (`Descriptor({"tenant_tokens": "acme"}, hits=0)`)
 so that one call also waits while the tenant's token budget is spent.
+
+A `BaseRateLimiter` only has `acquire` (nothing is given back when the call ends), so a cap on
+generations in flight (`algorithm: concurrency`) is a callback handler instead:
+
+    handler = TollgateSlotHandler(Client("tollgate:8081"), "llm-gateway",
+                                  {"model_in_flight": "gpt-4o"})
+    model = ChatOpenAI(..., callbacks=[handler])
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+from typing import Any
+from uuid import UUID
 
 try:
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.messages import BaseMessage
+    from langchain_core.outputs import LLMResult
     from langchain_core.rate_limiters import BaseRateLimiter
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
         "tollgate_client.langchain needs langchain-core: pip install 'tollgate-client[langchain]'"
     ) from e
 
-from ._model import Descriptors
+from ._model import Descriptors, Slot, TollgateError
 from .aio import AsyncClient
 from .client import DEFAULT_MAX_WAIT, Client
+
+log = logging.getLogger(__name__)
 
 
 class TollgateRateLimiter(BaseRateLimiter):
@@ -75,3 +92,93 @@ class TollgateRateLimiter(BaseRateLimiter):
             return (await self.async_client.check(self.domain, self.descriptors)).allowed
         await self.async_client.acquire(self.domain, self.descriptors, max_wait=self.max_wait)
         return True
+
+
+class TollgateSlotHandler(BaseCallbackHandler):
+    """A callback handler that caps generations in flight with tollgate concurrency slots.
+
+    Each generation (each prompt of a batch: one LangChain run) takes a slot when it starts
+    (`on_llm_start` / `on_chat_model_start`: `Client.acquire_slot`, waiting up to `max_wait`,
+    then AcquireTimeout, which stops the generation before the model is called) and gives it
+    back when it ends (`on_llm_end` / `on_llm_error`: `Client.release_slot`), keyed by run id.
+    Every process and host using the same tollgate and descriptors shares one cap.
+
+    Pass it where the model's runs see it: `ChatOpenAI(..., callbacks=[handler])` or
+    `model.invoke(x, config={"callbacks": [handler]})`. It uses the blocking Client; in
+    `ainvoke` LangChain runs it in a worker thread (so a wait blocks a thread, not the loop).
+
+    A release that fails is logged, never raised (the generation already has its answer): the
+    slot frees itself when its lease ends (lease_ttl), as does the slot of a process that dies
+    mid-generation.
+
+    Args:
+        client: the blocking Client (its `fail_open` and `timeout` apply; failing open, a
+            generation goes ahead without a slot).
+        domain, descriptors: what each generation takes a slot on (`hits` slots each).
+        max_wait: longest wait for a slot in seconds (None: no limit; 0: refuse at once).
+    """
+
+    #: An AcquireTimeout must stop the generation, not be logged and ignored.
+    raise_error: bool = True
+
+    def __init__(
+        self,
+        client: Client,
+        domain: str,
+        descriptors: Descriptors,
+        *,
+        hits: int = 1,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+    ) -> None:
+        self.client = client
+        self.domain = domain
+        self.descriptors = descriptors
+        self.hits = hits
+        self.max_wait = max_wait
+        self._slots: dict[UUID, Slot] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        """Generations holding a slot taken by this handler right now."""
+        with self._lock:
+            return len(self._slots)
+
+    def _take(self, run_id: UUID) -> None:
+        slot = self.client.acquire_slot(
+            self.domain, self.descriptors, hits=self.hits, max_wait=self.max_wait
+        )
+        with self._lock:
+            self._slots[run_id] = slot
+
+    def _give_back(self, run_id: UUID) -> None:
+        with self._lock:
+            slot = self._slots.pop(run_id, None)
+        if slot is None:
+            return
+        try:
+            self.client.release_slot(slot)
+        except TollgateError as err:
+            log.warning("releasing slot %s failed (%s); it frees itself when its lease ends",
+                        slot.id, err)
+
+    def on_llm_start(
+        self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        self._take(run_id)
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        **kwargs: Any,
+    ) -> None:
+        self._take(run_id)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        self._give_back(run_id)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._give_back(run_id)
