@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 import subprocess
 import sys
 import time
@@ -318,3 +319,28 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_readme_llm_walkthrough_runs(server: Server) -> None:
+    """The repository README's Python lines, run as written against examples/llm-gateway.yaml."""
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    start = text.index("```python\nwith tg.slot(") + len("```python\n")
+    snippet = text[start : text.index("```", start)]
+    calls: list[str] = []
+    with Client(server.addr) as tg:
+        scope: dict[str, Any] = {
+            "tg": tg,
+            "used": 1_200,
+            "call_the_model": lambda: calls.append("model") or "ok",
+        }
+        exec(snippet, scope)  # noqa: S102 - the README's own lines
+        assert calls == ["model"] and scope["reply"] == "ok"
+        # The slot was given back: all 8 of gpt-4o's are free.
+        taken = [
+            tg.acquire_slot("llm-gateway", [{"model_in_flight": "gpt-4o"}], max_wait=0.1)
+            for _ in range(8)
+        ]
+        for slot in taken:
+            assert tg.release_slot(slot).held
