@@ -50,6 +50,18 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
 "#;
 
+/// Domain `llm-slots` (slots.rs): generations in flight per model, 2 at a time, released by
+/// Envoy's call when the stream is done (`model_in_flight`, lease 5 min), and 1 at a time on a
+/// route that never releases (`model_unreleased`, lease 1 s).
+pub const SLOTS_CONFIG: &str = r#"
+domain: llm-slots
+descriptors:
+  - key: model_in_flight
+    rate_limit: {name: in-flight, algorithm: concurrency, requests_per_unit: 2, lease_ttl: 5m}
+  - key: model_unreleased
+    rate_limit: {name: in-flight-unreleased, algorithm: concurrency, requests_per_unit: 1, lease_ttl: 1s}
+"#;
+
 /// Two domains with the same plain envoyproxy/ratelimit limit (100 tokens an hour per
 /// tenant): `llm-usage` is a usage domain (`--usage-domains 'llm-usage*'`), `llm-plain` is not.
 pub const LLM_CONFIGS: [(&str, &str); 2] = [
@@ -147,6 +159,7 @@ fn config_dir() -> PathBuf {
     for (file, text) in LLM_CONFIGS {
         std::fs::write(dir.join(file), text).expect("write config");
     }
+    std::fs::write(dir.join("llm-slots.yaml"), SLOTS_CONFIG).expect("write config");
     dir
 }
 
@@ -286,6 +299,25 @@ pub fn header_action(header: &str, key: &str) -> Value {
     json!({"request_headers": {"header_name": header, "descriptor_key": key}})
 }
 
+/// The concurrency pattern (`examples/envoy/envoy.yaml`'s `/v1/generate`): `model_in_flight`
+/// from `x-model` when the request arrives, and when the stream is done the same entry with
+/// `tollgate.release` = the slot id tollgate answered (`tollgate.slot` in the filter's dynamic
+/// metadata). No `default_value`: a request that got no id sends no release.
+pub fn slot_limits() -> Value {
+    let model = header_action("x-model", "model_in_flight");
+    json!([
+        {"actions": [model.clone()]},
+        {
+            "actions": [model, {"metadata": {
+                "descriptor_key": "tollgate.release",
+                "metadata_key": {"key": "envoy.filters.http.ratelimit", "path": [{"key": "tollgate.slot"}]},
+                "source": "DYNAMIC",
+            }}],
+            "apply_on_stream_done": true,
+        },
+    ])
+}
+
 /// A route whose rate limits are the ratelimit filter's per-route config
 /// (`RateLimitPerRoute.rate_limits`, where Envoy sends `hits_addend`), with `domain` when set.
 fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: Value) -> Value {
@@ -314,6 +346,10 @@ fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: V
 /// - `/llm/usage`, `/llm/plain`: Envoy's LLM token pattern in domains `llm-usage` and
 ///   `llm-plain` (a check of cost 0 on the request, the response's `x-tokens-used` charged when
 ///   the stream ends);
+/// - `/slots/held` (domain `llm-slots`, the filter's per-route list) and `/slots/route`
+///   (the route's own `rate_limits`): a slot of `model_in_flight` from `x-model` taken on the
+///   request and released when the stream is done (see [`slot_limits`]);
+/// - `/slots/unreleased`: a slot of `model_unreleased` from `x-model`, never released;
 /// - `/load`: `load` from `x-load`, never denied.
 fn main_routes(side: &Side) -> Value {
     let backend = side.backend_cluster.as_str();
@@ -371,6 +407,22 @@ fn main_routes(side: &Side) -> Value {
         },
         tokens("usage"),
         tokens("plain"),
+        per_filter_route("/slots/held", backend, Some("llm-slots"), slot_limits()),
+        {
+            "match": {"prefix": "/slots/route"},
+            "route": {"cluster": backend, "rate_limits": slot_limits()},
+            // Only the domain: the route's own rate_limits stay in force.
+            "typed_per_filter_config": {"envoy.filters.http.ratelimit": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
+                "domain": "llm-slots",
+            }},
+        },
+        per_filter_route(
+            "/slots/unreleased",
+            backend,
+            Some("llm-slots"),
+            json!([{"actions": [header_action("x-model", "model_unreleased")]}]),
+        ),
         {
             "match": {"prefix": "/load"},
             "route": {

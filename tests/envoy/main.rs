@@ -16,3 +16,4 @@ mod failure;
 mod fixture;
 mod llm;
 mod shipped;
+mod slots;

@@ -8,14 +8,18 @@
 //! Envoy runs with `--concurrency 1` and `--disable-hot-restart` (two Envoys on one box would
 //! otherwise collide on the hot-restart shared memory).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, StreamExt};
 use serde_json::{json, Value};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::server::http_client;
@@ -265,10 +269,26 @@ pub fn cluster(name: &str, port: u16, http2: bool) -> Value {
 /// The application behind Envoy: answers every request 200. A request's `x-completion-tokens`
 /// comes back as response header `x-tokens-used` (a model call that used that many tokens),
 /// and every `x-test-id` it was sent is remembered, so a test knows which requests Envoy let
-/// through. One per test binary, on a thread of its own.
+/// through. A request with `x-hold: <name>` is a streaming generation: its headers and a first
+/// chunk (`start\n`) leave at once, the last chunk (`end\n`) only when the test calls
+/// [`Backend::finish`] with that name. One per test binary, on a thread of its own.
 pub struct Backend {
     pub port: u16,
     seen: Arc<Mutex<HashSet<String>>>,
+    holds: Holds,
+}
+
+/// The held responses' gates, by `x-hold` name (made by whichever comes first: the request or
+/// [`Backend::finish`], so a finish never gets lost).
+type Holds = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
+
+fn gate(holds: &Holds, name: &str) -> Arc<Notify> {
+    holds
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(name.to_string())
+        .or_default()
+        .clone()
 }
 
 impl Backend {
@@ -281,11 +301,12 @@ impl Backend {
                 .expect("non-blocking backend");
             let port = listener.local_addr().expect("backend address").port();
             let seen = Arc::new(Mutex::new(HashSet::new()));
+            let holds = Holds::default();
             let app = {
-                let seen = seen.clone();
+                let (seen, holds) = (seen.clone(), holds.clone());
                 axum::Router::new().fallback(move |headers: HeaderMap| {
-                    let seen = seen.clone();
-                    async move { respond(&seen, &headers) }
+                    let (seen, holds) = (seen.clone(), holds.clone());
+                    async move { respond(&seen, &holds, &headers) }
                 })
             };
             std::thread::Builder::new()
@@ -302,8 +323,13 @@ impl Backend {
                     });
                 })
                 .expect("start the backend thread");
-            Backend { port, seen }
+            Backend { port, seen, holds }
         })
+    }
+
+    /// Lets the held response `x-hold: name` send its last chunk and end.
+    pub fn finish(&self, name: &str) {
+        gate(&self.holds, name).notify_one();
     }
 
     /// Whether a request with `x-test-id: id` reached the backend.
@@ -315,7 +341,7 @@ impl Backend {
     }
 }
 
-fn respond(seen: &Mutex<HashSet<String>>, headers: &HeaderMap) -> (HeaderMap, &'static str) {
+fn respond(seen: &Mutex<HashSet<String>>, holds: &Holds, headers: &HeaderMap) -> Response {
     if let Some(id) = headers.get("x-test-id").and_then(|v| v.to_str().ok()) {
         seen.lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -326,5 +352,15 @@ fn respond(seen: &Mutex<HashSet<String>>, headers: &HeaderMap) -> (HeaderMap, &'
         out.insert("x-tokens-used", tokens.clone());
     }
     out.insert("content-type", HeaderValue::from_static("text/plain"));
-    (out, "ok\n")
+    let Some(name) = headers.get("x-hold").and_then(|v| v.to_str().ok()) else {
+        return (out, "ok\n").into_response();
+    };
+    let gate = gate(holds, name);
+    let end = async move {
+        gate.notified().await;
+        Ok::<_, std::convert::Infallible>(Bytes::from_static(b"end\n"))
+    };
+    let chunks =
+        stream::once(async { Ok(Bytes::from_static(b"start\n")) }).chain(stream::once(end));
+    (out, Body::from_stream(chunks)).into_response()
 }
