@@ -9,8 +9,14 @@ ever sends; it also accepts a `hits_addend` written where it never sends one. He
 YAML alone:
 
 1. every descriptor a route sends (virtual host, route and per-route filter lists, with
-   `vh_rate_limits` applied) reaches a limit of the config it calls, and no route sends one
-   twice; every limit of that config is sent by some route;
+   `vh_rate_limits` applied) reaches a limit of the config of its domain (the filter's, or the
+   route's `RateLimitPerRoute.domain`), and no route sends one twice in one call; every limit of
+   `examples/ratelimit.yaml` is sent by some route, and every concurrency limit of
+   `examples/llm-gateway.yaml` (its token budgets are the token pattern's, docs/configuration.md);
+   a slot release (last entry `tollgate.release`) is sent when the stream is done, repeats a
+   request-time descriptor that reaches a concurrency limit, and reads the slot id from the
+   ratelimit filter's dynamic metadata with no `default_value` and no `skip_if_absent` (either
+   would send a descriptor without an id, which takes a slot);
 2. no `hits_addend` sits in a route's or virtual host's own `rate_limits` (Envoy 1.40 drops it:
    a cost goes in `RateLimitPerRoute.rate_limits`);
 3. the filter's domain is the config's, and its timeout is explicit, above tollgate's default
@@ -42,6 +48,11 @@ ENVOY_DEFAULT_TIMEOUT_MS = 20
 # Istio's sample: Service "ratelimit" in namespace default, port grpc-port 8081.
 ISTIO_RLS_CLUSTER = "outbound|8081||ratelimit.default.svc.cluster.local"
 ISTIO_SAMPLE_IMAGES = {"docker.io/envoyproxy/ratelimit", "envoyproxy/ratelimit"}
+# The tollgate configs examples/envoy/envoy.yaml calls, by domain.
+ENVOY_EXAMPLE_CONFIGS = ["examples/ratelimit.yaml", "examples/llm-gateway.yaml"]
+# A slot release: the descriptor entry tollgate reads, and where Envoy keeps tollgate's answer.
+RELEASE_KEY = "tollgate.release"
+SLOT_METADATA = {"key": "envoy.filters.http.ratelimit", "path": [{"key": "tollgate.slot"}]}
 
 
 class Report:
@@ -100,12 +111,17 @@ def rule_has_limit(rule):
     return "rate_limit" in rule or "rate_limits" in rule
 
 
+def rule_has_concurrency(rule):
+    limits = rule.get("rate_limits") or [rule.get("rate_limit") or {}]
+    return any(limit.get("algorithm") == "concurrency" for limit in limits)
+
+
 def value_matches(pattern, value):
     """tollgate's (and envoyproxy/ratelimit's) wildcard: each `*` is any run of characters."""
     return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), value) is not None
 
 
-def reaches_limit(rules, entries):
+def reaches_limit(rules, entries, has_limit=rule_has_limit):
     """Can a descriptor with these entries reach a limit of the tollgate config? At each level a
     fixed value takes the rule tollgate would pick (exact, then the first wildcard, then the
     key-only rule); a request-dependent value may take any rule of its key. A limit applies only
@@ -121,20 +137,20 @@ def reaches_limit(rules, entries):
     else:
         candidates = same_key
     for r in candidates:
-        if not rest and rule_has_limit(r):
+        if not rest and has_limit(r):
             return True
-        if rest and reaches_limit(r.get("descriptors") or [], rest):
+        if rest and reaches_limit(r.get("descriptors") or [], rest, has_limit):
             return True
     return False
 
 
-def limited_paths(rules, prefix=()):
+def limited_paths(rules, prefix=(), has_limit=rule_has_limit):
     """Every rule path of the config that carries a limit: ((key, value or None), ...)."""
     for r in rules:
         path = prefix + ((r["key"], str(r["value"]) if "value" in r else None),)
-        if rule_has_limit(r):
+        if has_limit(r):
             yield path
-        yield from limited_paths(r.get("descriptors") or [], path)
+        yield from limited_paths(r.get("descriptors") or [], path, has_limit)
 
 
 def covers(entries, path):
@@ -151,9 +167,42 @@ def fmt_entries(entries):
     return ", ".join(f"{k}={v if v is not None else '<request>'}" for k, v in entries)
 
 
+def check_release(report, where, rl, entries, request_time, config):
+    """A slot release (its last action sends tollgate.release): when, where its id comes from,
+    and that it repeats a request-time descriptor reaching a concurrency limit."""
+    report.check(
+        rl.get("apply_on_stream_done") is True,
+        f"{where}: the release is sent when the stream is done (apply_on_stream_done: true)",
+    )
+    [(kind, action)] = rl["actions"][-1].items()
+    report.check(
+        kind == "metadata"
+        and action.get("source") == "DYNAMIC"
+        and action.get("metadata_key") == SLOT_METADATA,
+        f"{where}: the id is read from dynamic metadata {SLOT_METADATA}",
+        "tollgate's answer puts the id there (tollgate.slot, under the ratelimit filter's name)",
+    )
+    report.check(
+        not action.get("default_value") and not action.get("skip_if_absent"),
+        f"{where}: no default_value and no skip_if_absent",
+        "a request that got no id would send the descriptor without one: a charge, not a release",
+    )
+    report.check(
+        tuple(entries) in request_time,
+        f"{where}: ({fmt_entries(entries)}) is a descriptor the request sent",
+        "a release frees the slots its id holds on the limits the rest of the descriptor reaches",
+    )
+    report.check(
+        reaches_limit(config["descriptors"], entries, rule_has_concurrency),
+        f"{where}: ({fmt_entries(entries)}) reaches a concurrency limit of domain"
+        f" {config['domain']}",
+    )
+
+
 def descriptors(report, label, rate_limits, config, produced, costs_allowed):
-    """Each rate limit entry (one descriptor) reaches a limit of the config; the entries."""
-    out = []
+    """Each rate limit entry (one descriptor) reaches a limit of the config: the descriptors
+    sent on the request and when the stream is done."""
+    out, done = [], []
     for i, rl in enumerate(rate_limits or []):
         where = f"{label}.rate_limits[{i}]"
         if not costs_allowed:
@@ -166,18 +215,22 @@ def descriptors(report, label, rate_limits, config, produced, costs_allowed):
         entries = [action_entry(a) for a in rl["actions"]]
         if not report.check(None not in entries, f"{where}: every action has a known key"):
             continue
+        if entries[-1][0] == RELEASE_KEY:
+            check_release(report, where, rl, entries[:-1], out, config)
+            done.append(tuple(entries))
+            continue
         produced.append(entries)
-        out.append(tuple(entries))
+        (done if rl.get("apply_on_stream_done") else out).append(tuple(entries))
         report.check(
             reaches_limit(config["descriptors"], entries),
             f"{where}: ({fmt_entries(entries)}) reaches a limit of domain {config['domain']}",
             "no rule path of the config limits these keys at this depth",
         )
-    return out
+    return out, done
 
 
-def check_coverage(report, config, produced, label):
-    for path in limited_paths(config["descriptors"]):
+def check_coverage(report, config, produced, label, has_limit=rule_has_limit):
+    for path in limited_paths(config["descriptors"], has_limit=has_limit):
         report.check(
             any(covers(e, path) for e in produced),
             f"{label}: the limit at ({fmt_entries(path).replace('<request>', '*')}) is sent"
@@ -207,9 +260,11 @@ def check_filter(report, label, rl, domain):
 # --------------------------------------------------------------------- examples/envoy/envoy.yaml
 
 
-def check_envoy(report, root, config):
+def check_envoy(report, root, configs):
+    """`configs`: the tollgate configs by domain, the filter's (examples/ratelimit.yaml) first."""
     rel = "examples/envoy/envoy.yaml"
-    report.step(f"{rel} against examples/ratelimit.yaml")
+    report.step(f"{rel} against {' and '.join(ENVOY_EXAMPLE_CONFIGS)}")
+    config = next(iter(configs.values()))
     raw = load_yaml(os.path.join(root, rel))
     hcms = [m for m in walk(raw) if m.get("@type") == HCM]
     if not report.check(len(hcms) == 1, "one HTTP connection manager", f"found {len(hcms)}"):
@@ -221,38 +276,56 @@ def check_envoy(report, root, config):
         return
     check_filter(report, "ratelimit filter", filters[0], config["domain"])
 
-    produced = []
+    produced = {domain: [] for domain in configs}
     for vh in hcm["route_config"]["virtual_hosts"]:
         label = f"virtual_hosts[{vh['name']}]"
-        vh_sent = descriptors(report, label, vh.get("rate_limits"), config, produced, False)
+        vh_sent, vh_done = descriptors(report, label, vh.get("rate_limits"), config,
+                                       produced[config["domain"]], False)
         for ri, route in enumerate(vh["routes"]):
             match = route["match"].get("prefix") or route["match"].get("path") or "match"
             where = f"{label}.routes[{ri}] ({match})"
-            own = descriptors(report, where, route.get("route", {}).get("rate_limits"), config,
-                              produced, False)
             per_route = route.get("typed_per_filter_config", {}).get(RATELIMIT_PER_ROUTE_KEY)
+            domain = (per_route or {}).get("domain", config["domain"])
+            if not report.check(domain in configs, f"{where}: domain {domain!r} is served",
+                                f"the configs' domains are {sorted(configs)}"):
+                continue
+            own, own_done = descriptors(report, where, route.get("route", {}).get("rate_limits"),
+                                        configs[domain], produced[domain], False)
             option = "OVERRIDE"
             if per_route is not None:
                 option = per_route.get("vh_rate_limits", "OVERRIDE")
-                report.check(
-                    per_route.get("domain", config["domain"]) == config["domain"],
-                    f"{where}: per-route domain is {config['domain']!r}",
-                )
                 if "rate_limits" in per_route:
                     # This list replaces the route's and the virtual host's lists.
-                    own = descriptors(report, f"{where} RateLimitPerRoute",
-                                      per_route["rate_limits"], config, produced, True)
+                    own, own_done = descriptors(report, f"{where} RateLimitPerRoute",
+                                                per_route["rate_limits"], configs[domain],
+                                                produced[domain], True)
                     option = "REPLACED"
-            sent = list(own)
-            if option == "INCLUDE" or (option == "OVERRIDE" and not own):
-                sent += vh_sent
-            dupes = {s for s in sent if sent.count(s) > 1}
-            report.check(
-                not dupes,
-                f"{where}: sends {len(sent)} descriptors ({option}), none twice",
-                f"{[fmt_entries(d) for d in dupes]} would be charged twice",
-            )
-    check_coverage(report, config, produced, "examples/ratelimit.yaml")
+            if domain != config["domain"]:
+                report.check(
+                    option == "REPLACED",
+                    f"{where}: in domain {domain!r}, sends only its own list",
+                    "the virtual host's descriptors belong to another domain: give the route a "
+                    "RateLimitPerRoute.rate_limits",
+                )
+            # One call on the request and one when the stream is done: none twice in either.
+            for phase, sent, vh_part in (("request", own, vh_sent),
+                                         ("stream done", own_done, vh_done)):
+                sent = list(sent)
+                if option == "INCLUDE" or (option == "OVERRIDE" and not own and not own_done):
+                    sent += vh_part
+                dupes = {s for s in sent if sent.count(s) > 1}
+                report.check(
+                    not dupes,
+                    f"{where}: sends {len(sent)} descriptors on the {phase} call ({option}),"
+                    " none twice",
+                    f"{[fmt_entries(d) for d in dupes]} would be charged twice",
+                )
+    for (domain, cfg), rel_config in zip(configs.items(), ENVOY_EXAMPLE_CONFIGS, strict=True):
+        if domain == config["domain"]:
+            check_coverage(report, cfg, produced[domain], rel_config)
+        else:
+            check_coverage(report, cfg, produced[domain], f"{rel_config} (concurrency)",
+                           rule_has_concurrency)
 
 
 # ---------------------------------------------------------------------------- deploy/istio
@@ -334,8 +407,11 @@ def main():
     sys.stdout.reconfigure(line_buffering=True)  # keeps the order of ok/FAIL lines and errors
     report = Report()
     try:
-        config = load_yaml(os.path.join(root, "examples/ratelimit.yaml"))
-        check_envoy(report, root, config)
+        configs = {}
+        for rel in ENVOY_EXAMPLE_CONFIGS:
+            config = load_yaml(os.path.join(root, rel))
+            configs[config["domain"]] = config
+        check_envoy(report, root, configs)
         check_istio(report, root)
     except (OSError, KeyError, ValueError, yaml.YAMLError) as e:
         report.check(False, f"cannot read the configs: {e!r}")

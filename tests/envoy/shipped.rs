@@ -1,6 +1,6 @@
 //! The Envoy configs we ship, loaded and run by a real Envoy: `examples/envoy/envoy.yaml`
 //! with only its addresses and ports changed, exercised route by route against
-//! `examples/ratelimit.yaml`; and Istio's gateway patch (`deploy/istio/envoyfilter.yaml`) as
+//! `examples/ratelimit.yaml` and `examples/llm-gateway.yaml`; and Istio's gateway patch (`deploy/istio/envoyfilter.yaml`) as
 //! far as a bootstrap carries it: its filter before the router, its virtual host actions, and
 //! the cluster Istio names, in front of `deploy/istio/ratelimit-config.yaml`.
 
@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tollgate::pb::rls::RateLimitResponse;
 
 use super::enforce::header;
+use super::slots::{counts, generation, wait_counts, Counts};
 use crate::support::binary::Binary;
 use crate::support::envoy::{admin, cluster, socket_address, validate, Backend, Envoy};
 use crate::support::kit::avoid_window_edge;
@@ -131,9 +132,25 @@ fn every_envoy_config_we_ship_loads_in_envoy() {
     validate(&istio).unwrap_or_else(|e| panic!("deploy/istio/envoyfilter.yaml's patch: {e}"));
 }
 
+/// A config directory holding `files` (paths in the repository), as one tollgate serves them.
+fn config_dir(name: &str, files: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("config dir");
+    for file in files {
+        let to = dir.join(Path::new(file).file_name().expect("a file name"));
+        std::fs::copy(repo(file), to).unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+    dir
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_envoy_yaml_route_by_route() {
-    let tollgate = tollgate(&repo("examples/ratelimit.yaml")).await;
+    // Domains edge (every route but /v1/generate) and llm-gateway (/v1/generate).
+    let config = config_dir(
+        "example-envoy-config",
+        &["examples/ratelimit.yaml", "examples/llm-gateway.yaml"],
+    );
+    let tollgate = tollgate(&config).await;
     let [listen, admin_port] = ports::<2>();
     let mut bootstrap = read_yaml("examples/envoy/envoy.yaml");
     move_addresses(
@@ -248,6 +265,44 @@ async fn the_example_envoy_yaml_route_by_route() {
         remaining(&tollgate, "edge", &[("path", "/uploads/other")]).await,
         98
     );
+
+    // /v1/generate (domain llm-gateway): 8 generations of a model in flight, the 9th refused;
+    // one that ends (or whose client goes away) gives its slot back through Envoy's call when
+    // the stream is done, and the next one is admitted.
+    let (url, model, domain) = (
+        format!("http://127.0.0.1:{listen}/v1/generate"),
+        "shipped-model",
+        "llm-gateway",
+    );
+    let start = counts(&tollgate, domain).await;
+    let mut running = Vec::new();
+    for i in 0..8 {
+        let g = generation(&url, model).await;
+        running.push(g.unwrap_or_else(|s| panic!("generation {}: {s}", i + 1)));
+    }
+    let refused = generation(&url, model).await.err();
+    assert_eq!(refused, Some(429), "a 9th while 8 are in flight");
+    running.pop().expect("a generation").finish().await;
+    let mut want = Counts {
+        held: start.held + 1,
+        calls: start.calls + 10,
+        ..start
+    };
+    wait_counts("shipped", &tollgate, domain, want).await;
+    running.push(generation(&url, model).await.expect("the freed slot"));
+    let refused = generation(&url, model).await.err();
+    assert_eq!(refused, Some(429), "8 in flight again");
+    running.pop().expect("a generation").disconnect();
+    want.held += 1;
+    want.calls += 3;
+    wait_counts("shipped", &tollgate, domain, want).await;
+    for g in running {
+        g.finish().await;
+    }
+    want.held += 7;
+    want.calls += 7;
+    wait_counts("shipped", &tollgate, domain, want).await;
+    assert_eq!(want.not_held, 0, "every release named a slot");
 
     let stats = envoy.ratelimit_stats("backend").await - before;
     assert_eq!(

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::enforce::get;
 use super::fixture::{fixture, unique, Side};
+use crate::support::binary::Binary;
 use crate::support::envoy::Backend;
 use crate::support::server::http_client;
 
@@ -34,18 +35,18 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
-/// The side's tollgate's counters: releases of ids that held slots, of ids that held none
+/// A tollgate's counters: releases of ids that held slots, of ids that held none
 /// (`tollgate_slot_operations_total{op="release"}`), and `ShouldRateLimit` calls in `domain`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Counts {
-    held: u64,
-    not_held: u64,
-    calls: u64,
+pub struct Counts {
+    pub held: u64,
+    pub not_held: u64,
+    pub calls: u64,
 }
 
-async fn counts(side: &Side, domain: &str) -> Counts {
+pub async fn counts(tollgate: &Binary, domain: &str) -> Counts {
     let text = http_client()
-        .get(format!("{}/metrics", side.tollgate.http_url))
+        .get(format!("{}/metrics", tollgate.http_url))
         .send()
         .await
         .expect("GET /metrics")
@@ -74,20 +75,19 @@ async fn counts(side: &Side, domain: &str) -> Counts {
     }
 }
 
-/// Waits until the side's tollgate has counted `want` (Envoy's stream-done call comes after the
-/// client got its response); fails on any other count or after [`RELEASE_WAIT`].
-async fn wait_counts(side: &Side, domain: &str, want: Counts) {
+/// Waits until `tollgate` has counted `want` (Envoy's stream-done call comes after the client
+/// got its response); fails on any other count or after [`RELEASE_WAIT`].
+pub async fn wait_counts(name: &str, tollgate: &Binary, domain: &str, want: Counts) {
     let deadline = Instant::now() + RELEASE_WAIT;
     loop {
-        let seen = counts(side, domain).await;
+        let seen = counts(tollgate, domain).await;
         if seen == want {
             return;
         }
         let below = seen.held <= want.held && seen.not_held <= want.not_held;
         assert!(
             below && seen.calls <= want.calls && Instant::now() < deadline,
-            "[{}] {domain}: {seen:?}, expected {want:?}",
-            side.name()
+            "[{name}] {domain}: {seen:?}, expected {want:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -95,21 +95,21 @@ async fn wait_counts(side: &Side, domain: &str, want: Counts) {
 
 /// A streaming generation through Envoy: admitted (its headers and first chunk are here) and
 /// held by the backend until [`Generation::finish`].
-struct Generation {
+pub struct Generation {
     hold: String,
     resp: reqwest::Response,
 }
 
-/// Starts a generation of `model` at `path`: `Ok` once it streams, `Err(status)` when Envoy
+/// Starts a generation of `model` at `url`: `Ok` once it streams, `Err(status)` when Envoy
 /// refused it (then it never reached the backend). Each has a client (a connection) of its own.
-async fn generation(side: &Side, path: &str, model: &str) -> Result<Generation, u16> {
+pub async fn generation(url: &str, model: &str) -> Result<Generation, u16> {
     let (hold, id) = (unique("hold"), unique("generation"));
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("client");
     let send = client
-        .get(side.url(path))
+        .get(url)
         .header("x-model", model)
         .header("x-hold", &hold)
         .header("x-test-id", &id)
@@ -117,7 +117,7 @@ async fn generation(side: &Side, path: &str, model: &str) -> Result<Generation, 
     let mut resp = tokio::time::timeout(Duration::from_secs(5), send)
         .await
         .expect("Envoy answers in time")
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let status = resp.status().as_u16();
     if status != 200 {
         assert!(
@@ -136,7 +136,7 @@ async fn generation(side: &Side, path: &str, model: &str) -> Result<Generation, 
 
 impl Generation {
     /// The backend ends the stream; the client reads it to its end.
-    async fn finish(mut self) {
+    pub async fn finish(mut self) {
         Backend::get().finish(&self.hold);
         let mut rest = Vec::new();
         while let Some(chunk) = tokio::time::timeout(Duration::from_secs(5), self.resp.chunk())
@@ -150,7 +150,7 @@ impl Generation {
     }
 
     /// The client goes away mid-stream: the response and its connection dropped.
-    fn disconnect(self) {
+    pub fn disconnect(self) {
         // The held response is never finished: Envoy resets its upstream stream.
         drop(self.resp);
     }
@@ -159,13 +159,13 @@ impl Generation {
 /// Two of `model`'s generations hold both slots, so a third is refused: the generations.
 async fn fill(side: &Side, path: &str, model: &str) -> [Generation; 2] {
     let name = side.name();
-    let a = generation(side, path, model).await;
-    let b = generation(side, path, model).await;
+    let a = generation(&side.url(path), model).await;
+    let b = generation(&side.url(path), model).await;
     let (Ok(a), Ok(b)) = (a, b) else {
         panic!("[{name}] {path}: two generations in flight are within the cap");
     };
     assert_eq!(
-        generation(side, path, model).await.err(),
+        generation(&side.url(path), model).await.err(),
         Some(429),
         "[{name}] {path}: a third while two are in flight"
     );
@@ -183,23 +183,23 @@ async fn a_finished_generation_gives_its_slot_back_through_envoy() {
         for side in &fx.sides {
             let name = side.name();
             let model = unique("model");
-            let start = counts(side, domain).await;
+            let start = counts(&side.tollgate, domain).await;
             let [a, b] = fill(side, path, &model).await;
             // Three checks, nothing released yet (the refused one sent no release).
             let mut want = Counts {
                 calls: start.calls + 3,
                 ..start
             };
-            wait_counts(side, domain, want).await;
+            wait_counts(side.name(), &side.tollgate, domain, want).await;
 
             a.finish().await;
             want.held += 1;
             want.calls += 1;
-            wait_counts(side, domain, want).await;
-            let c = generation(side, path, &model).await;
+            wait_counts(side.name(), &side.tollgate, domain, want).await;
+            let c = generation(&side.url(path), &model).await;
             let c = c.unwrap_or_else(|s| panic!("[{name}] {path}: the freed slot, got {s}"));
             assert_eq!(
-                generation(side, path, &model).await.err(),
+                generation(&side.url(path), &model).await.err(),
                 Some(429),
                 "[{name}] {path}: both slots held again"
             );
@@ -209,14 +209,14 @@ async fn a_finished_generation_gives_its_slot_back_through_envoy() {
             c.finish().await;
             want.held += 2;
             want.calls += 2;
-            wait_counts(side, domain, want).await;
+            wait_counts(side.name(), &side.tollgate, domain, want).await;
             // Both slots free: two more fit at once.
             let [d, e] = fill(side, path, &model).await;
             d.finish().await;
             e.finish().await;
             want.held += 2;
             want.calls += 5;
-            wait_counts(side, domain, want).await;
+            wait_counts(side.name(), &side.tollgate, domain, want).await;
             assert_eq!(want.not_held, start.not_held, "[{name}] every release held");
         }
     }
@@ -230,7 +230,7 @@ async fn a_client_that_disconnects_mid_stream_gives_its_slot_back() {
     for side in &fx.sides {
         let name = side.name();
         let model = unique("model");
-        let start = counts(side, domain).await;
+        let start = counts(&side.tollgate, domain).await;
         let [a, b] = fill(side, path, &model).await;
         // Envoy resets the stream when the client goes; its filter is destroyed all the same
         // and makes the stream-done call: the release comes at once (the lease is 5 minutes).
@@ -240,20 +240,20 @@ async fn a_client_that_disconnects_mid_stream_gives_its_slot_back() {
             calls: start.calls + 4,
             ..start
         };
-        wait_counts(side, domain, want).await;
-        let c = generation(side, path, &model).await;
+        wait_counts(side.name(), &side.tollgate, domain, want).await;
+        let c = generation(&side.url(path), &model).await;
         let c = c.unwrap_or_else(|s| panic!("[{name}] the disconnected one's slot, got {s}"));
         b.disconnect();
         c.disconnect();
         want.held += 2;
         want.calls += 3;
-        wait_counts(side, domain, want).await;
+        wait_counts(side.name(), &side.tollgate, domain, want).await;
         let [d, e] = fill(side, path, &model).await;
         d.finish().await;
         e.finish().await;
         want.held += 2;
         want.calls += 5;
-        wait_counts(side, domain, want).await;
+        wait_counts(side.name(), &side.tollgate, domain, want).await;
     }
 }
 
@@ -268,9 +268,9 @@ async fn a_slot_never_released_frees_itself_when_its_lease_ends() {
     for side in &fx.sides {
         let name = side.name();
         let model = unique("model");
-        let start = counts(side, domain).await;
+        let start = counts(&side.tollgate, domain).await;
         let sent = Instant::now();
-        let a = generation(side, path, &model).await;
+        let a = generation(&side.url(path), &model).await;
         let a = a.unwrap_or_else(|s| panic!("[{name}] the first, got {s}"));
         a.finish().await;
         // The generation is over, but nothing gives its slot back.
@@ -297,9 +297,13 @@ async fn a_slot_never_released_frees_itself_when_its_lease_ends() {
             calls: start.calls + calls,
             ..start
         };
-        wait_counts(side, domain, want).await;
+        wait_counts(side.name(), &side.tollgate, domain, want).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(counts(side, domain).await, want, "[{name}] no release call");
+        assert_eq!(
+            counts(&side.tollgate, domain).await,
+            want,
+            "[{name}] no release call"
+        );
     }
 }
 
@@ -312,7 +316,7 @@ async fn a_refused_request_sends_no_release() {
         let name = side.name();
         let model = unique("model");
         let [a, b] = fill(side, path, &model).await;
-        let before = counts(side, domain).await;
+        let before = counts(&side.tollgate, domain).await;
         for _ in 0..3 {
             let (status, _) = get(&side.url(path), &[("x-model", &model)]).await;
             assert_eq!(status, 429, "[{name}]");
@@ -323,9 +327,9 @@ async fn a_refused_request_sends_no_release() {
             calls: before.calls + 3,
             ..before
         };
-        wait_counts(side, domain, want).await;
+        wait_counts(side.name(), &side.tollgate, domain, want).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(counts(side, domain).await, want, "[{name}]");
+        assert_eq!(counts(&side.tollgate, domain).await, want, "[{name}]");
         assert_eq!(
             want.not_held, 0,
             "[{name}] no release of an id that held nothing"
@@ -333,7 +337,8 @@ async fn a_refused_request_sends_no_release() {
         a.finish().await;
         b.finish().await;
         wait_counts(
-            side,
+            side.name(),
+            &side.tollgate,
             domain,
             Counts {
                 held: want.held + 2,
