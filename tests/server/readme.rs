@@ -143,7 +143,11 @@ fn excerpt_is_in(doc: &str, first: &str, example: &str) {
 #[test]
 fn the_config_excerpts_are_in_the_example_files() {
     excerpt_is_in("README.md", "domain: edge", "examples/ratelimit.yaml");
-    excerpt_is_in("README.md", "domain: llm-gateway", "examples/llm-gateway.yaml");
+    excerpt_is_in(
+        "README.md",
+        "domain: llm-gateway",
+        "examples/llm-gateway.yaml",
+    );
     excerpt_is_in(
         "docs/configuration.md",
         "domain: llm-gateway",
