@@ -15,6 +15,7 @@
 pub mod batch;
 pub mod concurrency;
 pub mod fixed_window;
+pub mod inspect;
 mod rule;
 pub mod sliding_window;
 pub mod token_bucket;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::memory::MemoryStore;
 use super::redis::RedisStore;
-use super::{ChargeOutcome, Store, StoreError};
+use super::{ChargeOutcome, CounterReading, Store, StoreError};
 use crate::algorithm::Mode;
 use crate::plan::Plan;
 
@@ -78,6 +78,11 @@ pub trait DynStore: Send + Sync + 'static {
     fn maintain_boxed(&self) -> Boxed<'_, ()>;
     fn close_boxed(&self) -> Boxed<'_, ()>;
     fn serve_thread_boxed<'a>(&'a self, serve: LocalBoxed<'a, ()>) -> LocalBoxed<'a, ()>;
+    fn read_boxed<'a>(
+        &'a self,
+        plan: &'a Plan<'a>,
+    ) -> Boxed<'a, Result<Vec<CounterReading>, StoreError>>;
+    fn reset_boxed<'a>(&'a self, plan: &'a Plan<'a>) -> Boxed<'a, Result<Vec<bool>, StoreError>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -109,6 +114,15 @@ impl<S: Store> DynStore for S {
     fn serve_thread_boxed<'a>(&'a self, serve: LocalBoxed<'a, ()>) -> LocalBoxed<'a, ()> {
         Box::pin(self.serve_thread(serve))
     }
+    fn read_boxed<'a>(
+        &'a self,
+        plan: &'a Plan<'a>,
+    ) -> Boxed<'a, Result<Vec<CounterReading>, StoreError>> {
+        Box::pin(self.read(plan))
+    }
+    fn reset_boxed<'a>(&'a self, plan: &'a Plan<'a>) -> Boxed<'a, Result<Vec<bool>, StoreError>> {
+        Box::pin(self.reset(plan))
+    }
 }
 
 impl Store for AnyStore {
@@ -117,6 +131,22 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.apply(plan, mode).await,
             AnyStore::Redis(s) => s.apply(plan, mode).await,
             AnyStore::Other(s) => s.apply_boxed(plan, mode).await,
+        }
+    }
+
+    async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.read(plan).await,
+            AnyStore::Redis(s) => s.read(plan).await,
+            AnyStore::Other(s) => s.read_boxed(plan).await,
+        }
+    }
+
+    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<bool>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.reset(plan).await,
+            AnyStore::Redis(s) => s.reset(plan).await,
+            AnyStore::Other(s) => s.reset_boxed(plan).await,
         }
     }
 

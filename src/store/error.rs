@@ -91,6 +91,14 @@ impl StoreError {
         }
     }
 
+    /// A store that does not do `what` (an operator's read or reset), asked to.
+    pub fn unsupported(place: &str, what: &str) -> StoreError {
+        StoreError::new(
+            place,
+            Cause::NotRun(format!("this store does not support {what}")),
+        )
+    }
+
     /// Keeps `source` as the error this one came from.
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Arc::new(source));

@@ -21,9 +21,9 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::placement::{place, Layout, Placed};
 use super::protocol::{GroupAnswer, Next, Protocol, Refund};
-use super::{ChargeOutcome, Store, StoreError};
+use super::{ChargeOutcome, CounterReading, Store, StoreError};
 use crate::algorithm::batch::{self, BatchCharge, Counter};
-use crate::algorithm::{expires_at, refresh, refund, Landing, Mode, State};
+use crate::algorithm::{expires_at, inspect, refresh, refund, Landing, Mode, State};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::plan::Plan;
@@ -111,6 +111,14 @@ pub struct MemoryStore {
 impl Store for MemoryStore {
     async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         Ok(self.apply_now(plan, mode))
+    }
+
+    async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
+        Ok(self.read_now(plan))
+    }
+
+    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<bool>, StoreError> {
+        Ok(self.reset_now(plan))
     }
 
     fn name(&self) -> &'static str {
@@ -259,9 +267,8 @@ impl MemoryStore {
             .sum()
     }
 
-    fn apply_now(&self, plan: &Plan<'_>, mode: Mode) -> Vec<ChargeOutcome> {
-        let now = self.clock.now_us();
-        let placed = place(plan, "", self.layout);
+    /// Locks the shards of `placed`'s keys, in ascending order.
+    fn lock(&self, placed: &Placed<'_>) -> Locked<'_> {
         let shard_of: Vec<usize> = placed
             .charges
             .iter()
@@ -271,11 +278,53 @@ impl MemoryStore {
         order.sort_unstable();
         order.dedup();
         let guards = order.iter().map(|&s| self.shards[s].lock()).collect();
-        let mut locked = Locked {
+        Locked {
             order,
             guards,
             shard_of,
-        };
+        }
+    }
+
+    fn read_now(&self, plan: &Plan<'_>) -> Vec<CounterReading> {
+        let now = self.clock.now_us();
+        let placed = place(plan, "", self.layout);
+        let mut locked = self.lock(&placed);
+        placed
+            .charges
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| CounterReading {
+                state: locked.load(i, &spec.key, now),
+                now_us: now,
+                key: spec.key.to_string(),
+                lease: 0,
+            })
+            .collect()
+    }
+
+    /// Resets every counter of `plan` under its shards' locks (the whole request at once).
+    fn reset_now(&self, plan: &Plan<'_>) -> Vec<bool> {
+        let now = self.clock.now_us();
+        let placed = place(plan, "", self.layout);
+        let mut locked = self.lock(&placed);
+        placed
+            .charges
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let state = locked.load(i, &spec.key, now);
+                let held = inspect::held(&state, &spec.params, now);
+                let after = inspect::reset(&state, &spec.params, now);
+                locked.store(i, &spec.key, after, &spec.params, self.shard_budget, now);
+                held
+            })
+            .collect()
+    }
+
+    fn apply_now(&self, plan: &Plan<'_>, mode: Mode) -> Vec<ChargeOutcome> {
+        let now = self.clock.now_us();
+        let placed = place(plan, "", self.layout);
+        let mut locked = self.lock(&placed);
         let mut protocol = Protocol::new(&placed, mode);
         let run = Run {
             now,

@@ -10,7 +10,7 @@ pub mod redis;
 
 use std::future::Future;
 
-use crate::algorithm::Mode;
+use crate::algorithm::{Mode, State};
 pub use crate::decision::ChargeOutcome;
 use crate::plan::Plan;
 pub use any::{AnyStore, DynStore};
@@ -63,4 +63,36 @@ pub trait Store: Send + Sync + 'static {
     fn serve_thread<F: Future>(&self, serve: F) -> impl Future<Output = F::Output> {
         serve
     }
+
+    /// Reads `plan`'s counters as they stand, writing nothing (`GET /counters`); index-aligned
+    /// with `plan.charges`.
+    fn read(
+        &self,
+        plan: &Plan<'_>,
+    ) -> impl Future<Output = Result<Vec<CounterReading>, StoreError>> + Send {
+        let _ = plan;
+        let e = StoreError::unsupported(self.name(), "reading counters");
+        async move { Err(e) }
+    }
+
+    /// Resets `plan`'s counters as [`crate::algorithm::inspect::reset`] says, atomically per
+    /// placement group (`POST /counters/reset`); per charge, whether its counter held usage.
+    fn reset(&self, plan: &Plan<'_>) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send {
+        let _ = plan;
+        let e = StoreError::unsupported(self.name(), "resetting counters");
+        async move { Err(e) }
+    }
+}
+
+/// A counter as a store holds it, read without writing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterReading {
+    /// The stored state (`None`: no key, or one that has expired).
+    pub state: Option<State>,
+    /// The store's now when it was read (Redis `TIME` under `--clock redis`), µs.
+    pub now_us: u64,
+    /// The full counter key, with the store's prefix.
+    pub key: String,
+    /// Units of it this instance holds in a lease (`lease:`, Redis only).
+    pub lease: u64,
 }

@@ -17,6 +17,9 @@
 //! down each of its drivers (one charge, one charge per key, every call), so a mismatch names
 //! the call that took it.
 //!
+//! An operator's reset of a key (`lua/admin.lua` against `algorithm::inspect::reset`) comes
+//! between calls now and then, so refunds of what landed before a reset are compared too.
+//!
 //! 2,000 cases by default (`TOLLGATE_SCRIPT_CASES`), seeded from the clock; a failure prints
 //! the seed (`TOLLGATE_SCRIPT_SEED` replays it), the case's calls so far and both answers.
 //! `TOLLGATE_SCRIPT_LUA=<file>` runs another script (a mutation run plants a fault in a copy).
@@ -26,7 +29,7 @@ use std::fmt::Write as _;
 use fred::prelude::*;
 use tollgate::algorithm::batch::{self, BatchCharge, Counter};
 use tollgate::algorithm::concurrency::SlotId;
-use tollgate::algorithm::{refresh, refund, Landing, Mode, State};
+use tollgate::algorithm::{inspect, refresh, refund, Landing, Mode, State};
 use tollgate::calendar::{zone, Calendar, Period};
 use tollgate::decision::ChargeOutcome;
 use tollgate::limit::{Algorithm, LimitParams};
@@ -306,6 +309,8 @@ fn same(lua: &Answer, rust: &Answer) -> bool {
 struct Runner {
     client: Client,
     script: Script,
+    /// `lua/admin.lua`, whose resets are held to `algorithm::inspect::reset`.
+    admin: Script,
     seed: u64,
 }
 
@@ -334,6 +339,30 @@ impl Runner {
             return Err(format!("answered at {} for a call at {now}", reply.now));
         }
         Ok(reply.answer)
+    }
+
+    /// An operator's reset of `key` by `lua/admin.lua`: whether it held usage.
+    async fn lua_reset(&self, key: &str, p: &LimitParams, now: u64) -> Result<bool, String> {
+        let code = match p.algorithm {
+            Algorithm::FixedWindow => script::layout::FIXED_WINDOW,
+            Algorithm::SlidingWindow => script::layout::SLIDING_WINDOW,
+            Algorithm::TokenBucket => script::layout::TOKEN_BUCKET,
+            Algorithm::Concurrency => script::layout::CONCURRENCY,
+        };
+        let args = vec![
+            "reset".to_string(),
+            now.to_string(),
+            format!("{code}:{}", p.window_us),
+        ];
+        let reply: Vec<i64> = self
+            .client
+            .evalsha(&self.admin.sha, vec![key], args)
+            .await
+            .map_err(|e| e.to_string())?;
+        match reply[..] {
+            [n, held] if n == now as i64 => Ok(held == 1),
+            _ => Err(format!("the reset answered {reply:?}")),
+        }
     }
 
     async fn lua_state(&self, key: &str, p: &LimitParams, now: u64) -> Option<State> {
@@ -371,6 +400,21 @@ impl Runner {
                 4 => now / g * g + g - 1 + window,
                 _ => now + forward,
             };
+            if rng.chance(8) {
+                // An operator resets a key: later refunds of what landed before it must find
+                // nothing, in the script as in Rust.
+                let k = rng.below(keys.len() as u64) as usize;
+                let p = &keys[k][0];
+                let _ = writeln!(story, "reset k{k} at T0+{}", now as i64 - T0 as i64);
+                let lua = self.lua_reset(&format!("{prefix}k{k}"), p, now).await;
+                let rust = inspect::held(&states[k], p, now);
+                states[k] = inspect::reset(&states[k], p, now);
+                if lua != Ok(rust) {
+                    return Err(format!(
+                        "{story}the resets differ: lua {lua:?}, rust {rust}"
+                    ));
+                }
+            }
             let refunding = last.is_some() && rng.chance(30);
             // Ids from a small set: the same id takes again, and releases what another took.
             let mut slot = (rng.pick(&[1, 2, 3]), rng.pick(&[7, (1 << 52) - 1]));
@@ -459,6 +503,8 @@ async fn the_script_answers_and_stores_what_the_rust_algorithms_do() {
         Err(_) => Script::tollgate(),
     };
     let _: String = client.script_load(script.lua).await.expect("SCRIPT LOAD");
+    let admin = Script::admin();
+    let _: String = client.script_load(admin.lua).await.expect("SCRIPT LOAD");
     let seed = std::env::var("TOLLGATE_SCRIPT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -475,6 +521,7 @@ async fn the_script_answers_and_stores_what_the_rust_algorithms_do() {
     let runner = Runner {
         client,
         script,
+        admin,
         seed,
     };
     for case in 0..cases {

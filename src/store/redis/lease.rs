@@ -138,6 +138,22 @@ impl Leases {
         }
     }
 
+    /// Units of `key` this instance holds now.
+    pub fn held(&self, key: &str) -> u64 {
+        let now = self.now();
+        self.by_key
+            .lock()
+            .get(key)
+            .filter(|l| l.live(now))
+            .map_or(0, |l| l.units)
+    }
+
+    /// Drops this instance's lease on `key` (an operator reset its counter): its units were
+    /// counted in the state the reset cleared.
+    pub fn forget(&self, key: &str) {
+        self.by_key.lock().remove(key);
+    }
+
     /// Now, on the clock lease times are on.
     pub fn now(&self) -> u64 {
         match &self.clock {

@@ -161,6 +161,13 @@ impl LocalCache {
     }
 
     /// Drops entries due for a re-check.
+    /// Forgets what it knew of `key` (an operator reset it).
+    pub fn forget(&self, key: &str) {
+        if let Some(entries) = &self.entries {
+            entries.remove(key);
+        }
+    }
+
     pub fn sweep(&self, now: u64) {
         if let Some(entries) = &self.entries {
             entries.retain(|_, (_, r, _)| *r > now);

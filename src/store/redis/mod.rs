@@ -16,6 +16,7 @@
 //! ([`migration`]); the over-limit cache that lets an exhausted key skip Redis
 //! ([`local_cache`]); URLs ([`url`]) and TLS ([`tls`]).
 
+mod admin;
 mod batch;
 mod client;
 mod decide;
@@ -43,7 +44,7 @@ pub use self::local_cache::LocalCache;
 use self::migration::Migrations;
 use self::script::Script;
 pub use self::url::UrlError;
-use super::{ChargeOutcome, Store, StoreError};
+use super::{ChargeOutcome, CounterReading, Store, StoreError};
 use crate::algorithm::Mode;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
@@ -100,6 +101,8 @@ struct Inner {
     clients: Clients,
     health: Health,
     script: Script,
+    /// `lua/admin.lua`: the operator's reads and resets.
+    admin_script: Script,
     opts: RedisOptions,
     /// `key_prefix` + [`KEY_FORMAT`].
     prefix: String,
@@ -115,6 +118,14 @@ struct Inner {
 impl Store for RedisStore {
     async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
         self.inner.apply(plan, mode).await
+    }
+
+    async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
+        self.inner.read(plan).await
+    }
+
+    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<bool>, StoreError> {
+        self.inner.reset(plan).await
     }
 
     fn name(&self) -> &'static str {
@@ -159,6 +170,7 @@ impl RedisStore {
                 clients,
                 health: Health::new(opts.metrics.clone(), opts.read_replicas),
                 script: Script::tollgate(),
+                admin_script: Script::admin(),
                 cache: LocalCache::new(opts.local_cache_size),
                 leases: Leases::new(match &opts.clock {
                     ClockSource::Local(c) => Some(c.clone()),
