@@ -1,19 +1,23 @@
 //! The HTTP admin server (envoyproxy/ratelimit's port 8080 duties): health probes, the
-//! `/json` decision endpoint and `/rlconfig`.
+//! `/json` decision endpoint and `/rlconfig`; the operator's `/counters` (and, on the write
+//! listener only, `POST /counters/reset`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::http::HeaderMap;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::admin_token::AdminToken;
 use crate::config::xds::XdsState;
 use crate::config::{Config, ReloadStatus};
+use crate::counters::{self, CounterError, Selector};
 use crate::json::{parse_request, render_response};
 use crate::pb::rls::rate_limit_response::Code;
 use crate::service::{CallError, RateLimiter};
@@ -31,7 +35,22 @@ pub struct AdminState<S> {
     pub xds: Option<(String, Arc<XdsState>)>,
     /// `/metrics` is also served here (envoyproxy/ratelimit's `PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// `--admin-token-file`: required by the write listener and, when set, by the endpoints
+    /// that reveal tenants and usage.
+    pub token: Option<Arc<AdminToken>>,
 }
+
+/// Every admin route's path (`--metrics-path` must be another).
+pub const ROUTES: [&str; 8] = [
+    "/",
+    "/healthcheck",
+    "/readyz",
+    "/healthz",
+    "/rlconfig",
+    "/json",
+    "/counters",
+    "/top",
+];
 
 /// The admin routes; `POST /json` (it charges real counters with caller-chosen hits) only
 /// with `json`.
@@ -41,6 +60,7 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool) -> Router {
         .route("/readyz", get(readyz::<S>))
         .route("/healthz", get(|| async { "OK" }))
         .route("/rlconfig", get(rlconfig::<S>))
+        .route("/counters", get(counters_endpoint::<S>))
         .route("/metrics", get(metrics::<S>));
     let router = match state.metrics_path.as_str() {
         "/metrics" | "" => router,
@@ -52,6 +72,149 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool) -> Router {
         router.route("/json", post(json_disabled))
     };
     router.with_state(state)
+}
+
+/// The write listener's routes (`--admin-write-addr`): `POST /counters/reset`, token required.
+/// Serve it with connect info (the peer address is logged with every reset).
+pub fn write_router<S: Store>(state: Arc<AdminState<S>>) -> Router {
+    Router::new()
+        .route("/counters/reset", post(reset_endpoint::<S>))
+        .with_state(state)
+}
+
+/// `None` when `headers` may see tenants and usage; else the 401 to answer.
+fn refused<S>(st: &AdminState<S>, headers: &HeaderMap) -> Option<Response> {
+    match &st.token {
+        Some(token) if !token.allows(headers) => Some(
+            (
+                StatusCode::UNAUTHORIZED,
+                [(
+                    header::WWW_AUTHENTICATE,
+                    "Basic realm=\"tollgate\", charset=\"UTF-8\"",
+                )],
+                "this endpoint needs the admin token: Authorization: Bearer <token>\n",
+            )
+                .into_response(),
+        ),
+        _ => None,
+    }
+}
+
+fn counter_error(e: CounterError) -> Response {
+    let status = match &e {
+        CounterError::BadSelector(_) => StatusCode::BAD_REQUEST,
+        CounterError::NotFound(_) => StatusCode::NOT_FOUND,
+        CounterError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, format!("{e}\n")).into_response()
+}
+
+fn json(value: serde_json::Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+fn descriptor_json(sel: &Selector) -> serde_json::Value {
+    sel.entries
+        .iter()
+        .map(|(k, v)| serde_json::json!({"key": k, "value": v}))
+        .collect()
+}
+
+/// `GET /counters?domain=D&descriptor=k=v,…`: every limit the descriptor reaches, as it
+/// stands; never writes.
+async fn counters_endpoint<S: Store>(
+    State(st): State<Arc<AdminState<S>>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Some(r) = refused(&st, &headers) {
+        return r;
+    }
+    let sel = match counters::parse_query(query.as_deref().unwrap_or("")) {
+        Ok(s) => s,
+        Err(e) => return counter_error(e),
+    };
+    let config = st.config.load_full();
+    let store = st.limiter.store();
+    match counters::inspect(&config, &**store, st.limiter.bounds(), &sel).await {
+        Ok(views) => json(serde_json::json!({
+            "domain": sel.domain,
+            "descriptor": descriptor_json(&sel),
+            "store": store.name(),
+            "counters": views,
+        })),
+        Err(e) => counter_error(e),
+    }
+}
+
+/// `POST /counters/reset?domain=D&descriptor=…[&limit=NAME]` (or the same as a form body).
+async fn reset_endpoint<S: Store>(
+    State(st): State<Arc<AdminState<S>>>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Response {
+    let allowed = st.token.as_ref().is_some_and(|t| t.allows(&headers));
+    if !allowed {
+        tracing::warn!(%peer, "counter reset refused: no valid admin token");
+        return (
+            StatusCode::UNAUTHORIZED,
+            "resets need the admin token: Authorization: Bearer <token>\n",
+        )
+            .into_response();
+    }
+    let query = match query.filter(|q| !q.is_empty()) {
+        Some(q) => q,
+        None => String::from_utf8_lossy(&body).into_owned(),
+    };
+    let sel = match counters::parse_query(query.trim()) {
+        Ok(s) => s,
+        Err(e) => return counter_error(e),
+    };
+    let config = st.config.load_full();
+    let store = st.limiter.store();
+    match counters::reset(&config, &**store, st.limiter.bounds(), &sel).await {
+        Ok(views) => {
+            let metrics = st.limiter.metrics();
+            metrics.counter_resets.inc_by(views.len() as u64);
+            let descriptor: Vec<String> = sel
+                .entries
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{}={}",
+                        crate::log_throttle::printable(k),
+                        crate::log_throttle::printable(v)
+                    )
+                })
+                .collect();
+            for v in &views {
+                tracing::warn!(
+                    %peer,
+                    domain = %crate::log_throttle::printable(&sel.domain),
+                    descriptor = %descriptor.join(","),
+                    limit = %crate::log_throttle::printable(&v.name),
+                    key = %crate::log_throttle::printable(&v.key),
+                    used_before = v.used_before,
+                    "counter reset by an operator"
+                );
+            }
+            json(serde_json::json!({
+                "domain": sel.domain,
+                "descriptor": descriptor_json(&sel),
+                "reset": views,
+            }))
+        }
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "counter reset failed");
+            counter_error(e)
+        }
+    }
 }
 
 async fn json_disabled() -> Response {

@@ -43,6 +43,10 @@ pub enum Command {
     CheckConfig(CheckConfigArgs),
     /// Ask a running service one ShouldRateLimit question and print the answer.
     Query(QueryArgs),
+    /// Show every counter a descriptor reaches, without charging (GET /counters).
+    Counters(crate::admin_client::CountersArgs),
+    /// Reset a descriptor's counters on purpose (POST /counters/reset on the write listener).
+    Reset(crate::admin_client::ResetArgs),
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +101,14 @@ pub struct ServeArgs {
     /// and is unauthenticated: off by default.
     #[arg(long, env = "TOLLGATE_ADMIN_JSON")]
     pub admin_json: bool,
+    /// Listen address for the admin writes (POST /counters/reset); unset: none. Needs
+    /// --admin-token-file. Keep it off the Service: it resets counters.
+    #[arg(long, env = "TOLLGATE_ADMIN_WRITE_ADDR")]
+    pub admin_write_addr: Option<SocketAddr>,
+    /// File holding the admin bearer token: required on --admin-write-addr and, once set,
+    /// by /counters, /top and the status page too (Authorization: Bearer <token>).
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// gRPC server TLS: certificate chain (PEM). Needs --grpc-tls-key.
     #[arg(long, env = "TOLLGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
     pub grpc_tls_cert: Option<PathBuf>,
@@ -534,11 +546,10 @@ pub fn parse_bytes(text: &str) -> Result<usize, FlagValueError> {
 
 /// `--metrics-path`: an absolute path no other admin route uses.
 fn metrics_path(text: &str) -> Result<String, StatsFlagError> {
-    const TAKEN: [&str; 5] = ["/healthcheck", "/readyz", "/healthz", "/rlconfig", "/json"];
     if !text.starts_with('/') || text.contains(['?', '#', '{', '}', '*', ':']) {
         return Err(StatsFlagError::Path);
     }
-    if TAKEN.contains(&text) {
+    if crate::admin::ROUTES.contains(&text) {
         return Err(StatsFlagError::PathTaken(text.to_string()));
     }
     Ok(text.to_string())

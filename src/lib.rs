@@ -5,12 +5,15 @@
 //! [`decision`] back to Envoy's response.
 
 pub mod admin;
+pub mod admin_client;
+pub mod admin_token;
 pub mod algorithm;
 pub mod calendar;
 pub mod cli;
 pub mod clock;
 pub mod compat;
 pub mod config;
+pub mod counters;
 pub mod decision;
 pub mod duration;
 pub mod grpc;

@@ -100,6 +100,14 @@ fn main() -> ExitCode {
                 print!("{}", answer.text);
                 Ok(answer.exit_code)
             }
+            Command::Counters(args) => {
+                print!("{}", tollgate::admin_client::counters(&args).await?);
+                Ok(0)
+            }
+            Command::Reset(args) => {
+                print!("{}", tollgate::admin_client::reset(&args).await?);
+                Ok(0)
+            }
         }
     });
     match result {
@@ -177,6 +185,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .chain(args.metrics_addr)
             .collect(),
         admin_json: args.admin_json,
+        admin_write_addr: args.admin_write_addr,
+        admin_token: match &args.admin_token_file {
+            Some(path) => Some(Arc::new(tollgate::admin_token::AdminToken::from_file(
+                path,
+            )?)),
+            None => None,
+        },
         transport: Transport {
             keepalive: args
                 .grpc_keepalive

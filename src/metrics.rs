@@ -211,6 +211,8 @@ pub struct Metrics {
     pub local_cache_hits: Counter,
     store_failures: Family<PolicyLabels, Counter>,
     pub refunds: Counter,
+    /// Counters an operator reset (`POST /counters/reset`).
+    pub counter_resets: Counter,
     slot_ops: Family<SlotLabels, Counter>,
     pub memory_evictions: Counter,
     pub lease_takes: Counter,
@@ -350,6 +352,12 @@ impl Metrics {
             "Placement groups whose charges were refunded (a request denied elsewhere, or abandoned)",
             refunds.clone(),
         );
+        let counter_resets = Counter::default();
+        registry.register(
+            "tollgate_counter_resets",
+            "Counters an operator reset (POST /counters/reset on --admin-write-addr)",
+            counter_resets.clone(),
+        );
         let slot_ops = Family::<SlotLabels, Counter>::default();
         registry.register(
             "tollgate_slot_operations",
@@ -412,6 +420,7 @@ impl Metrics {
             local_cache_hits,
             store_failures,
             refunds,
+            counter_resets,
             slot_ops,
             memory_evictions,
             lease_takes,

@@ -50,6 +50,11 @@ pub struct ServerOptions {
     pub extra_admin_addrs: Vec<SocketAddr>,
     /// Serve `POST /json` (it charges real counters with caller-chosen hits; off by default).
     pub admin_json: bool,
+    /// The write listener: `POST /counters/reset`, with `admin_token` (unset: none).
+    pub admin_write_addr: Option<SocketAddr>,
+    /// `--admin-token-file`: required on the write listener, and then for `/counters`, `/top`
+    /// and the status page too.
+    pub admin_token: Option<Arc<crate::admin_token::AdminToken>>,
     /// `/metrics` also under this path.
     pub metrics_path: String,
     pub transport: Transport,
@@ -108,6 +113,8 @@ fn no_ipv6(e: &std::io::Error) -> bool {
 pub struct Running {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The write listener's address (`--admin-write-addr`).
+    pub admin_write_addr: Option<SocketAddr>,
     pub shutdown: Shutdown,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
     /// The store's [`Store::close`], once serving has stopped.
@@ -217,8 +224,19 @@ async fn start_serving(
     for addr in &opts.extra_admin_addrs {
         extra_listeners.push(bind(*addr, "HTTP").await?);
     }
+    if opts.admin_write_addr.is_some() && opts.admin_token.is_none() {
+        anyhow::bail!("--admin-write-addr needs --admin-token-file: resets require a token");
+    }
+    let write_listener = match opts.admin_write_addr {
+        Some(addr) => Some(bind(addr, "admin writes").await?),
+        None => None,
+    };
     let grpc_addr = grpc_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
+    let admin_write_addr = match &write_listener {
+        Some(l) => Some(l.local_addr()?),
+        None => None,
+    };
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_SERVICES {
@@ -278,20 +296,31 @@ async fn start_serving(
     };
     let threads = serving::thread_count(opts.serving_threads);
     let grpc = serving::start_threads(grpc_listener, threads, serve, drain())?;
-    let app = admin::router(
-        Arc::new(AdminState {
-            limiter,
-            config,
-            reload_status,
-            ready,
-            ready_needs_config: opts.ready_needs_config,
-            xds: xds_state,
-            metrics_path: opts.metrics_path.clone(),
-        }),
-        opts.admin_json,
-    );
+    let admin_state = Arc::new(AdminState {
+        limiter,
+        config,
+        reload_status,
+        ready,
+        ready_needs_config: opts.ready_needs_config,
+        xds: xds_state,
+        metrics_path: opts.metrics_path.clone(),
+        token: opts.admin_token.clone(),
+    });
+    let app = admin::router(admin_state.clone(), opts.admin_json);
     let http = axum::serve(http_listener, app.clone()).with_graceful_shutdown(drain());
     let mut tasks = Vec::new();
+    if let Some(listener) = write_listener {
+        let addr = listener.local_addr()?;
+        let writes = axum::serve(
+            listener,
+            admin::write_router(admin_state).into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(drain());
+        tracing::info!(%addr, "admin writes (POST /counters/reset) served, token required");
+        tasks.push(tokio::spawn(async move {
+            writes.await.context("admin write server failed")
+        }));
+    }
     for listener in extra_listeners {
         let addr = listener.local_addr()?;
         let extra = axum::serve(listener, app.clone()).with_graceful_shutdown(drain());
@@ -335,6 +364,7 @@ async fn start_serving(
     Ok(Running {
         grpc_addr,
         http_addr,
+        admin_write_addr,
         shutdown,
         tasks,
         close,

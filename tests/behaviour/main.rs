@@ -23,6 +23,7 @@ mod bounds;
 mod calendar;
 mod concurrency;
 mod conformance;
+mod counters;
 mod differential;
 mod hierarchy;
 mod holes;

@@ -12,6 +12,7 @@ mod fallback;
 mod grpc;
 mod layout;
 mod metrics;
+mod operator;
 mod readme;
 mod redis_tls;
 mod statsd;

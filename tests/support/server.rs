@@ -102,6 +102,8 @@ pub struct TestOptions {
     pub admin_json: bool,
     /// `--config` names the config's directory, not its file.
     pub config_dir: bool,
+    /// `--admin-token-file` with this token, and `--admin-write-addr` on a free port.
+    pub admin_token: Option<String>,
 }
 
 impl Default for TestOptions {
@@ -112,6 +114,7 @@ impl Default for TestOptions {
             drain_delay: Duration::ZERO,
             admin_json: false,
             config_dir: false,
+            admin_token: None,
         }
     }
 }
@@ -138,6 +141,15 @@ impl TestServer {
 
     pub fn http_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.running.http_addr)
+    }
+
+    /// A URL on the write listener (`TestOptions::admin_token`).
+    pub fn write_url(&self, path: &str) -> String {
+        let addr = self
+            .running
+            .admin_write_addr
+            .expect("started with an admin token");
+        format!("http://{addr}{path}")
     }
 
     /// A rate limit client on a connection of its own.
@@ -186,6 +198,13 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         extra_admin_addrs: Vec::new(),
         admin_json: opts.admin_json,
+        admin_write_addr: opts
+            .admin_token
+            .is_some()
+            .then(|| SocketAddr::from(([127, 0, 0, 1], 0))),
+        admin_token: opts.admin_token.as_deref().map(|t| {
+            Arc::new(tollgate::admin_token::AdminToken::new(t.as_bytes()).expect("a token"))
+        }),
         metrics_path: "/metrics".into(),
         transport: Transport::default(),
         config: ConfigSource::Files(if opts.config_dir {

@@ -1,0 +1,141 @@
+//! The admin bearer token (`--admin-token-file`): required on the write listener
+//! (`--admin-write-addr`, which resets counters) and, once set, for the admin endpoints that
+//! reveal tenants and usage (`/counters`, `/top`, the status page).
+//!
+//! A caller sends `Authorization: Bearer <token>`; a browser may send it as the password of
+//! HTTP Basic authentication (any user name), which it asks for after a `401` with
+//! `WWW-Authenticate: Basic`. The comparison takes the same time wherever the first wrong byte
+//! is (only the length can be learned from timing).
+
+use std::path::Path;
+
+use axum::http::HeaderMap;
+
+/// The token, as read from its file (surrounding whitespace trimmed).
+pub struct AdminToken {
+    token: Vec<u8>,
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(..)")
+    }
+}
+
+impl AdminToken {
+    /// Reads the token from `path`; an empty file is an error (it would let anyone in).
+    pub fn from_file(path: &Path) -> anyhow::Result<AdminToken> {
+        let raw = std::fs::read(path).map_err(|e| {
+            anyhow::anyhow!("cannot read --admin-token-file {}: {e}", path.display())
+        })?;
+        AdminToken::new(&raw)
+            .ok_or_else(|| anyhow::anyhow!("--admin-token-file {} is empty", path.display()))
+    }
+
+    /// The token `raw` holds, surrounding whitespace trimmed; `None` when nothing is left.
+    pub fn new(raw: &[u8]) -> Option<AdminToken> {
+        let token = raw.trim_ascii().to_vec();
+        (!token.is_empty()).then_some(AdminToken { token })
+    }
+
+    /// Whether `headers` carry the token (bearer, or as a Basic password).
+    pub fn allows(&self, headers: &HeaderMap) -> bool {
+        let Some(value) = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes())
+        else {
+            return false;
+        };
+        let (scheme, rest) = match value.iter().position(|&b| b == b' ') {
+            Some(i) => (&value[..i], value[i + 1..].trim_ascii()),
+            None => return false,
+        };
+        if scheme.eq_ignore_ascii_case(b"bearer") {
+            return same(rest, &self.token);
+        }
+        if scheme.eq_ignore_ascii_case(b"basic") {
+            let Some(decoded) = base64_decode(rest) else {
+                return false;
+            };
+            let password = match decoded.iter().position(|&b| b == b':') {
+                Some(i) => &decoded[i + 1..],
+                None => &decoded[..],
+            };
+            return same(password, &self.token);
+        }
+        false
+    }
+}
+
+/// Equal, in time that depends only on the lengths.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for (i, &x) in a.iter().enumerate() {
+        diff |= x ^ b.get(i).copied().unwrap_or(!x);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// Standard base64 (with or without padding); `None` when it is not.
+fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &c in s.iter().take_while(|&&c| c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token() -> AdminToken {
+        AdminToken {
+            token: b"s3cret".to_vec(),
+        }
+    }
+
+    fn with(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn the_token_is_taken_as_bearer_or_as_a_basic_password_only() {
+        let t = token();
+        assert!(t.allows(&with("Bearer s3cret")));
+        assert!(t.allows(&with("bearer  s3cret")));
+        // "admin:s3cret" and ":s3cret".
+        assert!(t.allows(&with("Basic YWRtaW46czNjcmV0")));
+        assert!(t.allows(&with("Basic OnMzY3JldA==")));
+        for wrong in [
+            "Bearer s3cre",
+            "Bearer s3cret2",
+            "Bearer S3cret",
+            "Bearer",
+            "s3cret",
+            "Basic YWRtaW46czNjcmVU",
+            "Basic !!!",
+            "Token s3cret",
+        ] {
+            assert!(!t.allows(&with(wrong)), "{wrong}");
+        }
+        assert!(!t.allows(&HeaderMap::new()));
+    }
+}
