@@ -22,7 +22,9 @@ Usage: check_chart.py --helm BIN --helm3 BIN --tollgate BIN [--out DIR]
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
+import copy
 import functools
 import json
 import os
@@ -110,6 +112,11 @@ CASES = [
                       "metrics.podAnnotations=false,networkPolicy.enabled=true,"
                       "podDisruptionBudget.enabled=true,podDisruptionBudget.maxUnavailable=1",
                       "--set-json", "networkPolicy.grpc.from=[]"]),
+    # The operator's endpoints: a chart-made token and the write listener on the Service; an
+    # existing Secret with the write listener kept off the Service and no status page.
+    Case("admin", ["--set", "admin.token.create=true,admin.write.enabled=true,admin.write.onService=true"]),
+    Case("admin-existing", ["--set", "admin.token.existingSecret=ops-admin,admin.token.existingSecretKey=bearer,"
+                            "admin.write.enabled=true,admin.write.port=9090,admin.ui=false"]),
     # minAvailable 0 stays 0 (not `| default 1`); Redis + HPA.
     Case("pdb-zero", ["--set", "redis.enabled=true,redis.url=redis-cluster://redis:6379,"
                       "autoscaling.enabled=true,podDisruptionBudget.enabled=true,"
@@ -144,6 +151,11 @@ REFUSALS = [
     ("Redis key prefix with braces", ["--set-json", 'redis.keyPrefix="{tg}"'], r"keyPrefix"),
     ("digest in image.tag", ["--set", "image.tag=0.1.0@sha256:" + "a" * 64], r"image[./]tag"),
     ("malformed image.digest", ["--set", "image.digest=sha256:xyz"], r"image[./]digest"),
+    ("admin write listener without a token", ["--set", "admin.write.enabled=true"], r"admin.write.enabled .* needs a token"),
+    ("admin token from an existing Secret and created", ["--set", "admin.token.existingSecret=s,admin.token.create=true"],
+     r"existingSecret or create, not both"),
+    ("admin write port on the grpc port", ["--set", "admin.token.create=true,admin.write.enabled=true,admin.write.port=8081"],
+     r"admin.write.port 8081 is already"),
     ("grpcTls without secretName", ["--set", "grpcTls.enabled=true"], r"grpcTls.secretName"),
     ("client CA without grpcTls", ["--set", "grpcTls.clientCa.enabled=true"], r"needs grpcTls.enabled"),
     ("gRPC readiness probe with grpcTls", ["--set", "grpcTls.enabled=true,grpcTls.secretName=s,readinessProbe.type=grpc"],
@@ -180,6 +192,15 @@ def parse(text: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+def unrandom(objs: list[dict]) -> list[dict]:
+    """A copy of the objects with a chart-made admin token replaced by its length."""
+    objs = copy.deepcopy(objs)
+    for o in objs:
+        if o.get("kind") == "Secret" and o["metadata"]["name"].endswith("-admin-token"):
+            o["data"] = {k: f"<{len(v)} random>" for k, v in o["data"].items()}
+    return objs
+
+
 def lint_and_render(helm: Helm, out: Path, pool) -> None:
     R.start("helm lint --strict (helm 4.1, helm 3.17)")
     lint_sets = [[]] + [["-f", str(p)] for p in sorted(CI.glob("*-values.yaml"))]
@@ -201,8 +222,9 @@ def lint_and_render(helm: Helm, out: Path, pool) -> None:
                 c.rendered[w] = p.stdout
         if len(c.rendered) == 2:
             (out / f"{c.name}.yaml").write_text(c.rendered["helm4"])
+            # A chart-made admin token is random in every render.
             a, b = parse(c.rendered["helm4"]), parse(c.rendered["helm3"])
-            R.check(a == b, f"{c.name}: helm 4 and helm 3 render the same objects",
+            R.check(unrandom(a) == unrandom(b), f"{c.name}: helm 4 and helm 3 render the same objects",
                     f"{len(a)} vs {len(b)} objects")
             c.objs = a
     R.note(", ".join(f"{c.name}: {len(c.objs)} objects" for c in CASES))
@@ -287,7 +309,11 @@ def check_structure(c: Case) -> None:
     mount_path = next(m["mountPath"] for m in ctr["volumeMounts"] if m["name"] == "config")
     R.check(ctr["args"][:3] == ["serve", "--config", mount_path], f"{name}: args serve --config {mount_path}", str(ctr["args"]))
     cports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
-    R.check(set(cports) == {"http", "grpc"}, f"{name}: container ports http and grpc", str(cports))
+    write = env_of(ctr).get("TOLLGATE_ADMIN_WRITE_ADDR")
+    R.check(set(cports) == {"http", "grpc"} | ({"admin-write"} if write else set()),
+            f"{name}: container ports http and grpc (and admin-write with the write listener)", str(cports))
+    if write:
+        R.check(write.endswith(f":{cports['admin-write']}"), f"{name}: the write listener binds its container port", write)
     sports = {p["name"]: p for p in svc["spec"]["ports"]}
     for p in svc["spec"]["ports"]:
         R.check(p["targetPort"] in cports, f"{name}: Service port {p['name']} targets a container port")
@@ -501,6 +527,8 @@ def case_expectations(c: Case) -> None:
         R.check(ctr["image"] == "tollgate:0.1.0", "default: image tollgate:<appVersion>", ctr["image"])
         R.check((tenv.get("TEST_DOMAIN"), tenv.get("TEST_DESCRIPTOR"), tenv.get("TEST_EXPECT_RPU")) == ("ratelimit", "PATH=/productpage", "1"),
                 "default: helm test asks the first limited descriptor of the config", str(tenv))
+        R.check(env["TOLLGATE_ADMIN_UI"] == "true" and "TOLLGATE_ADMIN_TOKEN_FILE" not in env and "TOLLGATE_ADMIN_WRITE_ADDR" not in env,
+                "default: status page on, no admin token, no write listener")
     elif c.name == "redis":
         R.check({"HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor", "NetworkPolicy"} <= set(kinds), "redis: HPA, PDB, ServiceMonitor, NetworkPolicy", str(kinds))
         R.check(env.get("TOLLGATE_REDIS_URL") == "redis://redis.default.svc.cluster.local:6379", "redis: TOLLGATE_REDIS_URL")
@@ -542,6 +570,26 @@ def case_expectations(c: Case) -> None:
         R.check(one(k, "PodDisruptionBudget")["spec"].get("maxUnavailable") == 1, "features: PDB maxUnavailable 1")
         rule = next(r for r in one(k, "NetworkPolicy")["spec"]["ingress"] if r["ports"][0]["port"] == 8081)
         R.check("from" not in rule, "features: an empty networkPolicy.grpc.from opens gRPC to every source")
+    elif c.name in ("admin", "admin-existing"):
+        mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+        vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+        token = env.get("TOLLGATE_ADMIN_TOKEN_FILE", "")
+        R.check(file_in_volume(token, mounts, vols), f"{c.name}: the admin token file comes from a Secret", token)
+        secret = vols["admin-token"]["secret"]
+        sports = {p["name"] for p in one(k, "Service")["spec"]["ports"]}
+        if c.name == "admin":
+            made = one(k, "Secret")
+            R.check(made["metadata"]["name"] == secret["secretName"] == "ratelimit-admin-token"
+                    and len(base64.b64decode(made["data"]["token"])) == 48,
+                    "admin: the chart makes the token Secret (48 random characters) and mounts it")
+            R.check("admin-write" in sports and env["TOLLGATE_ADMIN_UI"] == "true",
+                    "admin: the write listener on the Service when asked; status page on", str(sports))
+        else:
+            R.check(secret["secretName"] == "ops-admin" and secret["items"] == [{"key": "bearer", "path": "token"}]
+                    and "Secret" not in k, "admin-existing: the token from the existing Secret's key, no Secret made")
+            R.check("admin-write" not in sports and env["TOLLGATE_ADMIN_WRITE_ADDR"] == "[::]:9090",
+                    "admin-existing: the write listener stays off the Service", str(sports))
+            R.check(env["TOLLGATE_ADMIN_UI"] == "false", "admin-existing: admin.ui=false turns the status page off")
     elif c.name == "pdb-zero":
         R.check(one(k, "PodDisruptionBudget")["spec"].get("minAvailable") == 0, "pdb-zero: minAvailable 0 renders as 0")
         R.check(env["TOLLGATE_REDIS_URL"].startswith("redis-cluster://"), "pdb-zero: Redis Cluster URL")

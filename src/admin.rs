@@ -38,6 +38,8 @@ pub struct AdminState<S> {
     /// `--admin-token-file`: required by the write listener and, when set, by the endpoints
     /// that reveal tenants and usage.
     pub token: Option<Arc<AdminToken>>,
+    /// Where the config comes from, as the status page names it.
+    pub config_source: String,
 }
 
 /// Every admin route's path (`--metrics-path` must be another).
@@ -54,17 +56,23 @@ pub const ROUTES: [&str; 8] = [
 
 /// The admin routes; `POST /json` (it charges real counters with caller-chosen hits) only
 /// with `json`.
-pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool) -> Router {
+pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool, ui: bool) -> Router {
     let router = Router::new()
         .route("/healthcheck", get(healthcheck::<S>))
         .route("/readyz", get(readyz::<S>))
         .route("/healthz", get(|| async { "OK" }))
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/counters", get(counters_endpoint::<S>))
+        .route("/top", get(crate::top_page::endpoint::<S>))
         .route("/metrics", get(metrics::<S>));
     let router = match state.metrics_path.as_str() {
         "/metrics" | "" => router,
         path => router.route(path, get(metrics::<S>)),
+    };
+    let router = if ui {
+        router.route("/", get(status_page::<S>))
+    } else {
+        router
     };
     let router = if json {
         router.route("/json", post(json_endpoint::<S>))
@@ -83,7 +91,7 @@ pub fn write_router<S: Store>(state: Arc<AdminState<S>>) -> Router {
 }
 
 /// `None` when `headers` may see tenants and usage; else the 401 to answer.
-fn refused<S>(st: &AdminState<S>, headers: &HeaderMap) -> Option<Response> {
+pub(crate) fn refused<S>(st: &AdminState<S>, headers: &HeaderMap) -> Option<Response> {
     match &st.token {
         Some(token) if !token.allows(headers) => Some(
             (
@@ -122,6 +130,29 @@ fn descriptor_json(sel: &Selector) -> serde_json::Value {
         .iter()
         .map(|(k, v)| serde_json::json!({"key": k, "value": v}))
         .collect()
+}
+
+/// The status page; `?domain=…&key=…&value=…` fills its counter lookup.
+async fn status_page<S: Store>(
+    State(st): State<Arc<AdminState<S>>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Some(r) = refused(&st, &headers) {
+        return r;
+    }
+    let input = crate::status_page::PageInput {
+        lookup: query.as_deref().filter(|q| q.contains("domain=")),
+    };
+    let page = crate::status_page::render(&st, input).await;
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        page,
+    )
+        .into_response()
 }
 
 /// `GET /counters?domain=D&descriptor=k=v,…`: every limit the descriptor reaches, as it

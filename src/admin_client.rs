@@ -2,11 +2,32 @@
 //! endpoints (`GET /counters` on the admin port, `POST /counters/reset` on the write
 //! listener), so they work against any instance from anywhere the port is reachable.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
 use crate::counters::{query_string, table, CounterView, Selector};
+
+/// `serve`'s admin flags beyond its addresses.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// Serve POST /json on the admin port. It charges real counters with caller-chosen hits
+    /// and is unauthenticated: off by default.
+    #[arg(long, env = "TOLLGATE_ADMIN_JSON")]
+    pub admin_json: bool,
+    /// Listen address for the admin writes (POST /counters/reset); unset: none. Needs
+    /// --admin-token-file. Keep it off the Service: it resets counters.
+    #[arg(long, env = "TOLLGATE_ADMIN_WRITE_ADDR")]
+    pub admin_write_addr: Option<SocketAddr>,
+    /// File holding the admin bearer token: required on --admin-write-addr and, once set,
+    /// by /counters, /top and the status page too (Authorization: Bearer <token>).
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Serve the status page at / on the admin port (`--admin-ui=false`: not at all).
+    #[arg(long, env = "TOLLGATE_ADMIN_UI", default_value_t = true, action = clap::ArgAction::Set)]
+    pub admin_ui: bool,
+}
 
 /// Which counters, as the commands take them.
 #[derive(Debug, Args)]

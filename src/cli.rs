@@ -47,6 +47,8 @@ pub enum Command {
     Counters(crate::admin_client::CountersArgs),
     /// Reset a descriptor's counters on purpose (POST /counters/reset on the write listener).
     Reset(crate::admin_client::ResetArgs),
+    /// Who is being limited right now, from one instance or several (GET /top).
+    Top(crate::top_page::TopArgs),
 }
 
 #[derive(Debug, Args)]
@@ -97,18 +99,8 @@ pub struct ServeArgs {
     pub near_limit_ratio: f32,
     #[command(flatten)]
     pub statsd: crate::stats::statsd::StatsdArgs,
-    /// Serve POST /json on the admin port. It charges real counters with caller-chosen hits
-    /// and is unauthenticated: off by default.
-    #[arg(long, env = "TOLLGATE_ADMIN_JSON")]
-    pub admin_json: bool,
-    /// Listen address for the admin writes (POST /counters/reset); unset: none. Needs
-    /// --admin-token-file. Keep it off the Service: it resets counters.
-    #[arg(long, env = "TOLLGATE_ADMIN_WRITE_ADDR")]
-    pub admin_write_addr: Option<SocketAddr>,
-    /// File holding the admin bearer token: required on --admin-write-addr and, once set,
-    /// by /counters, /top and the status page too (Authorization: Bearer <token>).
-    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
-    pub admin_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub admin: crate::admin_client::AdminArgs,
     /// gRPC server TLS: certificate chain (PEM). Needs --grpc-tls-key.
     #[arg(long, env = "TOLLGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
     pub grpc_tls_cert: Option<PathBuf>,

@@ -104,6 +104,10 @@ fn main() -> ExitCode {
                 print!("{}", tollgate::admin_client::counters(&args).await?);
                 Ok(0)
             }
+            Command::Top(args) => {
+                tollgate::top_page::run(&args).await?;
+                Ok(0)
+            }
             Command::Reset(args) => {
                 print!("{}", tollgate::admin_client::reset(&args).await?);
                 Ok(0)
@@ -184,9 +188,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .into_iter()
             .chain(args.metrics_addr)
             .collect(),
-        admin_json: args.admin_json,
-        admin_write_addr: args.admin_write_addr,
-        admin_token: match &args.admin_token_file {
+        admin_json: args.admin.admin_json,
+        admin_ui: args.admin.admin_ui,
+        admin_write_addr: args.admin.admin_write_addr,
+        admin_token: match &args.admin.admin_token_file {
             Some(path) => Some(Arc::new(tollgate::admin_token::AdminToken::from_file(
                 path,
             )?)),

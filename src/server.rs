@@ -50,6 +50,8 @@ pub struct ServerOptions {
     pub extra_admin_addrs: Vec<SocketAddr>,
     /// Serve `POST /json` (it charges real counters with caller-chosen hits; off by default).
     pub admin_json: bool,
+    /// Serve the status page at `/` (`--admin-ui`).
+    pub admin_ui: bool,
     /// The write listener: `POST /counters/reset`, with `admin_token` (unset: none).
     pub admin_write_addr: Option<SocketAddr>,
     /// `--admin-token-file`: required on the write listener, and then for `/counters`, `/top`
@@ -305,8 +307,12 @@ async fn start_serving(
         xds: xds_state,
         metrics_path: opts.metrics_path.clone(),
         token: opts.admin_token.clone(),
+        config_source: match &opts.config {
+            ConfigSource::Files(path) => format!("files {}", path.display()),
+            ConfigSource::Xds(xds) => format!("xDS {}", xds.server),
+        },
     });
-    let app = admin::router(admin_state.clone(), opts.admin_json);
+    let app = admin::router(admin_state.clone(), opts.admin_json, opts.admin_ui);
     let http = axum::serve(http_listener, app.clone()).with_graceful_shutdown(drain());
     let mut tasks = Vec::new();
     if let Some(listener) = write_listener {

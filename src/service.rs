@@ -73,6 +73,10 @@ pub struct RateLimiter<S> {
     fallback: Option<MemoryStore>,
     /// Permits for decisions in flight (`--max-in-flight`).
     in_flight: Semaphore,
+    /// How long the store took to decide, over the last minute (the status page).
+    store_latency: crate::latency::LatencyWindow,
+    /// The descriptors most often answered OVER_LIMIT, per domain (`GET /top`).
+    top: crate::top::Top,
 }
 
 /// What a release or a renew did: on how many concurrency limits the id held slots, and the
@@ -322,7 +326,10 @@ impl<S: Store> RateLimiter<S> {
             });
             return self.on_store_failure(req, &plan, domain, reason).await;
         } else {
-            match self.store.apply(&plan, mode).await {
+            let asked = Instant::now();
+            let applied = self.store.apply(&plan, mode).await;
+            self.store_latency.record(asked.elapsed());
+            match applied {
                 Ok(o) => o,
                 Err(e) => return self.on_store_failure(req, &plan, domain, e).await,
             }
@@ -458,6 +465,11 @@ impl<S: Store> RateLimiter<S> {
                 .limit(domain, &c.limit.metric_label)
                 .observe(result, c.cost);
         }
+        for (s, d) in decision.statuses.iter().zip(&req.descriptors) {
+            if s.code == Code::OverLimit {
+                self.top.record(&req.domain, &d.entries);
+            }
+        }
         for (i, s) in decision.statuses.iter().enumerate() {
             if s.unsatisfiable {
                 if let Some(suppressed) = log_throttle::due("unsatisfiable") {
@@ -485,6 +497,8 @@ impl<S: Store> RateLimiter<S> {
     ) -> Self {
         RateLimiter {
             in_flight: Semaphore::new(settings.max_in_flight.max(1)),
+            store_latency: crate::latency::LatencyWindow::default(),
+            top: crate::top::Top::default(),
             config,
             store,
             settings,
@@ -499,6 +513,16 @@ impl<S: Store> RateLimiter<S> {
 
     fn statistics(&self) -> Option<&Statistics> {
         self.metrics.statistics.as_deref()
+    }
+
+    /// Who is being limited right now.
+    pub fn top(&self) -> &crate::top::Top {
+        &self.top
+    }
+
+    /// The store's decision latency over the last minute.
+    pub fn store_latency(&self) -> &crate::latency::LatencyWindow {
+        &self.store_latency
     }
 
     pub fn store(&self) -> &Arc<S> {

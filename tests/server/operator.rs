@@ -159,6 +159,18 @@ async fn resets_need_the_write_listener_and_the_token_and_are_logged() {
     let http = http_client();
     let q = "domain=ops&descriptor=tenant=a";
     // Reading now needs the token too (and a browser is asked for it).
+    for path in [
+        format!("/counters?{q}"),
+        "/top?domain=ops".into(),
+        "/".into(),
+    ] {
+        let resp = http
+            .get(format!("{}{path}", bin.http_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{path}");
+    }
     let resp = http
         .get(format!("{}/counters?{q}", bin.http_url))
         .send()
@@ -345,4 +357,70 @@ fn a_write_listener_without_a_token_file_is_refused_at_start() {
         err.contains("--admin-write-addr needs --admin-token-file"),
         "{err}"
     );
+}
+
+/// `GET /top` on two instances, and `tollgate top --once` merging them into one fleet view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_reports_who_is_limited_and_the_cli_merges_instances() {
+    let dir_a = TempConfig::new(CONFIG);
+    let dir_b = TempConfig::new(CONFIG);
+    let (a, _) = serve(&dir_a.dir, false).await;
+    let (b, _) = serve(&dir_b.dir, false).await;
+    // Limit 5 a minute: a's "hot" gets 4 OVER_LIMIT answers, its "warm" 1; b's "hot" 2.
+    charge(&a.grpc_url, "hot", 9).await;
+    charge(&a.grpc_url, "warm", 6).await;
+    charge(&b.grpc_url, "hot", 7).await;
+    charge(&b.grpc_url, "fine", 3).await;
+    let http = http_client();
+    let body: serde_json::Value = http
+        .get(format!("{}/top?domain=ops", a.http_url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["total_minute"], 5, "{body}");
+    assert_eq!(body["minute"][0]["descriptor"], "tenant=hot");
+    assert_eq!(body["minute"][0]["over_limit"], 4);
+    assert_eq!(body["minute"][1]["descriptor"], "tenant=warm");
+    assert_eq!(body["per_minute"].as_array().unwrap().len(), 60);
+    for (q, status) in [("", 400), ("domain=nope", 404), ("domain=ops&n=0", 400)] {
+        let resp = http
+            .get(format!("{}/top?{q}", a.http_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), status, "{q}");
+    }
+    let (code, out, err) = tokio::task::block_in_place(|| {
+        run(&[
+            "top",
+            "--once",
+            "--domain",
+            "ops",
+            "--addr",
+            &a.http_url,
+            "--addr",
+            &b.http_url,
+            "--addr",
+            "http://127.0.0.1:9",
+        ])
+    });
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("7 OVER_LIMIT in the last minute") && out.contains("2 of 3 instance(s)"),
+        "{out}"
+    );
+    assert!(out.contains("no answer from http://127.0.0.1:9"), "{out}");
+    let hot = out
+        .lines()
+        .find(|l| l.starts_with("tenant=hot"))
+        .expect(&out);
+    assert_eq!(
+        hot.split_whitespace().collect::<Vec<_>>(),
+        ["tenant=hot", "6", "6"],
+        "{out}"
+    );
+    assert!(!out.contains("tenant=fine"), "{out}");
 }

@@ -198,6 +198,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         http_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         extra_admin_addrs: Vec::new(),
         admin_json: opts.admin_json,
+        admin_ui: true,
         admin_write_addr: opts
             .admin_token
             .is_some()

@@ -134,6 +134,15 @@ Deployment, so `helm template`, `helm install` and `helm lint` all stop on it.
 {{- $n := ternary (printf "autoscaling (minReplicas %d, maxReplicas %d)" (int $v.autoscaling.minReplicas) (int $v.autoscaling.maxReplicas)) (printf "replicaCount %d" (int $v.replicaCount)) (and $v.autoscaling.enabled true) }}
 {{- fail (printf "the in-memory store keeps counters per pod: with %s every pod enforces its own copy of every limit, so a limit of N admits up to N per replica. Enable Redis (redis.enabled=true, redis.url=...) for limits shared by all replicas, run one replica without autoscaling, or set allowPerPodLimits=true to accept per-pod limits." $n) }}
 {{- end }}
+{{- if and $v.admin.token.existingSecret $v.admin.token.create }}
+{{- fail "admin.token: set existingSecret or create, not both" }}
+{{- end }}
+{{- if and $v.admin.write.enabled (not (or $v.admin.token.existingSecret $v.admin.token.create)) }}
+{{- fail "admin.write.enabled (counter resets) needs a token: admin.token.existingSecret or admin.token.create=true" }}
+{{- end }}
+{{- if and $v.admin.write.enabled (has (int $v.admin.write.port) (list (int $v.containerPorts.http) (int $v.containerPorts.grpc))) }}
+{{- fail (printf "admin.write.port %d is already the http or grpc container port" (int $v.admin.write.port)) }}
+{{- end }}
 {{- if and $v.grpcTls.enabled (not $v.grpcTls.secretName) }}
 {{- fail "grpcTls.enabled needs grpcTls.secretName (a kubernetes.io/tls Secret with tls.crt and tls.key)" }}
 {{- end }}
@@ -260,4 +269,13 @@ else derived from the first file of config.files that has a limited descriptor.
 {{- end }}
 {{- $found }}
 {{- end }}
+{{- end }}
+
+{{/* The Secret holding the admin token, when there is one. */}}
+{{- define "tollgate.adminTokenSecret" -}}
+{{- if .Values.admin.token.existingSecret -}}
+{{ .Values.admin.token.existingSecret }}
+{{- else if .Values.admin.token.create -}}
+{{ include "tollgate.fullname" . }}-admin-token
+{{- end -}}
 {{- end }}

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The status page in a real browser: a `tollgate serve` (memory store) is seeded with
+# OVER_LIMIT decisions for three tenants, one named `<script>…</script>` and one with quotes
+# and an ampersand; Debian's chromium (installed when missing, with fonts) loads the page
+# headless (--no-sandbox: CI runs as root), its DOM is dumped and a screenshot taken, and the
+# counter lookup form is submitted as a browser submits it. Checks: the page is ready and shows
+# the seeded data; hostile values are text, never markup (no <script> element in the DOM); the
+# lookup finds the counter; the screenshot is not blank. Also: with --admin-token-file the page
+# needs the token (401 and a Basic challenge, 200 with it); with --admin-ui=false it is gone.
+#
+# Needs: python3, a tollgate binary (TOLLGATE_BIN, default target/release/tollgate), and root
+# or sudo to install chromium when it is missing.
+#
+# Usage: scripts/check-status-page.sh [--screenshot PATH]   (PATH: keep the screenshot there)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BIN=${TOLLGATE_BIN:-$ROOT/target/release/tollgate}
+KEEP=""
+if [ "${1:-}" = "--screenshot" ]; then KEEP=$2; fi
+
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+step() { printf '\n== %s\n' "$*"; }
+
+[ -x "$BIN" ] || die "no tollgate binary at $BIN (cargo build --release, or set TOLLGATE_BIN)"
+
+install_packages() {
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null \
+    || { $sudo apt-get update >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; } \
+    || die "cannot install $* (Debian: apt-get install $*)"
+}
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$CHROMIUM" ]; then
+  step "installing Debian's chromium"
+  install_packages chromium
+  CHROMIUM=$(command -v chromium) || die "chromium did not install"
+fi
+if ! fc-list 2>/dev/null | grep -qi dejavu; then
+  step "installing fonts"
+  install_packages fonts-dejavu-core fontconfig
+fi
+"$CHROMIUM" --version
+
+source scripts/lib.sh
+WORK=$(mktemp -d)
+PIDS=()
+trap cleanup EXIT
+
+cat >"$WORK/config.yaml" <<'YAML'
+domain: shop
+descriptors:
+  - key: tenant
+    rate_limit: {name: per-tenant, unit: minute, requests_per_unit: 2}
+  - key: model
+    rate_limit: {name: gpus, algorithm: concurrency, requests_per_unit: 4, lease_ttl: 60s}
+YAML
+printf 's3cret-token\n' >"$WORK/token"
+
+# serve NAME EXTRA_ARGS...: starts tollgate, sets NAME_HTTP and NAME_GRPC.
+serve() {
+  local name=$1; shift
+  local grpc http
+  grpc=$(free_port); http=$(free_port)
+  "$BIN" serve --config "$WORK/config.yaml" --grpc-addr "127.0.0.1:$grpc" \
+    --http-addr "127.0.0.1:$http" "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do
+    curl -fs "http://127.0.0.1:$http/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  curl -fs "http://127.0.0.1:$http/healthz" >/dev/null || die "tollgate ($name) did not start: $(cat "$WORK/$name.log")"
+  printf -v "${name}_HTTP" '%s' "http://127.0.0.1:$http"
+  printf -v "${name}_GRPC" '%s' "http://127.0.0.1:$grpc"
+}
+
+HOSTILE='<script>document.title="pwned"</script>'
+QUOTED="o'reilly & \"sons\""
+
+step "tollgate, seeded with OVER_LIMIT decisions"
+serve open
+seed() { # seed VALUE N
+  for _ in $(seq "$2"); do
+    "$BIN" query --addr "$open_GRPC" --domain shop --descriptor "tenant=$1" >/dev/null || [ $? = 3 ]
+  done
+}
+seed acme 9
+seed "$HOSTILE" 5
+seed "$QUOTED" 4
+
+browse() { # browse URL OUT.html [screenshot.png]
+  local args=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1700
+    --user-data-dir="$WORK/profile")
+  timeout 60 "$CHROMIUM" "${args[@]}" --dump-dom "$1" >"$2" 2>"$WORK/chromium.log" \
+    || die "chromium could not load $1: $(tail -5 "$WORK/chromium.log")"
+  if [ -n "${3:-}" ]; then
+    (cd "$WORK" && timeout 60 "$CHROMIUM" "${args[@]}" --screenshot="$3" "$1" 2>>"$WORK/chromium.log") \
+      || die "chromium could not take a screenshot of $1"
+  fi
+}
+
+step "the page, its DOM and a screenshot"
+browse "$open_HTTP/" "$WORK/page.html" "$WORK/page.png"
+step "the counter lookup, submitted as the form submits it"
+LOOKUP=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.urlencode([("domain","shop"),("key","tenant"),("value",sys.argv[1]),("key",""),("value","")]))' "$QUOTED")
+browse "$open_HTTP/?$LOOKUP" "$WORK/lookup.html"
+
+python3 - "$WORK" "$HOSTILE" "$QUOTED" <<'PY'
+import html, re, struct, sys, zlib
+work, hostile, quoted = sys.argv[1:]
+page = open(f"{work}/page.html", encoding="utf-8").read()
+lookup = open(f"{work}/lookup.html", encoding="utf-8").read()
+def check(ok, what):
+    if not ok:
+        sys.exit(f"status page check failed: {what}")
+    print(f"ok: {what}")
+check('id="readiness">READY<' in page, "the page says READY")
+check("Kind: <b>memory</b>" in page, "the store kind is shown")
+check(re.search(r"p50 <b>[0-9.]+ ms</b>, p99 <b>[0-9.]+ ms</b>", page) is not None, "store latency p50/p99 is shown")
+check("per-tenant" in page and "gpus" in page, "the domain's limits are listed")
+top = page[page.find('id="top"'):page.find('id="limits"')]
+check("tenant=acme" in top, "the top limited descriptors show the seeded tenant")
+check("<code>tenant=&lt;script&gt;document.title=" in top, "a <script> value is shown as text")
+check("<svg" in top, "the OVER_LIMIT per minute chart is drawn")
+# No element came from a value: the page has no script at all, and the title is ours.
+check(re.search(r"<script", page, re.I) is None and "pwned" not in page.split("</title>")[0],
+      "no <script> element and the title untouched")
+check("o'reilly" in lookup or "o&#39;reilly" in lookup, "the lookup echoes the quoted value")
+row = re.search(r"<tr><td>per-tenant</td>.*?</tr>", lookup)
+check(row is not None, "the lookup finds the counter")
+cells = re.findall(r"<td>(.*?)</td>", row.group(0))
+check(cells[3:6] == ["2", "2", "0"], f"the counter is full (limit 2, used 2, left 0): {cells}")
+
+def png_colors(path):
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, w = 8, b"", 0
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    bpp = {2: 3, 6: 4}[ctype]
+    stride = w * bpp + 1
+    colors = set()
+    prev = bytearray(stride - 1)
+    for y in range(h):
+        f, line = raw[y * stride], bytearray(raw[y * stride + 1:(y + 1) * stride])
+        for i in range(len(line)):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1: line[i] = (line[i] + a) & 255
+            elif f == 2: line[i] = (line[i] + b) & 255
+            elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        if y % 8 == 0:
+            for x in range(0, w, 4):
+                colors.add(bytes(line[x * bpp:x * bpp + 3]))
+        prev = line
+    return w, h, len(colors)
+w, h, n = png_colors(f"{work}/page.png")
+check(w >= 1000 and h >= 1000 and n >= 8, f"the screenshot is {w}x{h} with {n} colours, not blank")
+PY
+if [ -n "$KEEP" ]; then cp "$WORK/page.png" "$KEEP"; echo "screenshot kept at $KEEP"; fi
+
+step "with --admin-token-file the page needs the token; --admin-ui=false removes it"
+serve locked --admin-token-file "$WORK/token"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$locked_HTTP/")
+[ "$code" = 401 ] || die "the page answered $code without the token"
+curl -sI "$locked_HTTP/" | grep -qi '^www-authenticate: Basic' || die "no Basic challenge for a browser"
+code=$(curl -s -o /dev/null -w '%{http_code}' -u "admin:s3cret-token" "$locked_HTTP/")
+[ "$code" = 200 ] || die "the page answered $code with the token"
+echo "ok: 401 without the token, 200 with it"
+serve off --admin-ui=false
+code=$(curl -s -o /dev/null -w '%{http_code}' "$off_HTTP/")
+[ "$code" = 404 ] || die "--admin-ui=false still serves the page ($code)"
+echo "ok: --admin-ui=false serves no page"
+echo
+echo "status page: all checks passed"
