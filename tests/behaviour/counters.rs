@@ -3,7 +3,8 @@
 //! shared ones, every algorithm, overdraft debt), and writes nothing; `counters::reset` clears
 //! the descriptor's own limits (a shared one only by name), and nothing charged before a reset
 //! is refunded into the state after it: not a take-back of a request racing it (two
-//! instances, hundreds of decisions, resets between them), not a lease handed back.
+//! instances, hundreds of decisions, resets between them), not a lease handed back. Readings
+//! under `--clock redis` are at Redis `TIME`; the limiter counts who is being limited.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -429,5 +430,83 @@ fn a_lease_given_back_after_a_reset_refunds_nothing() {
     for_stores(
         &[StoreKind::Redis, StoreKind::Cluster],
         lease_given_back_after_a_reset,
+    );
+}
+
+/// Who is being limited, on every store: the limiter counts each descriptor's OVER_LIMIT
+/// answers, and nothing for OK ones.
+async fn top_counts_over_limit_answers(kind: StoreKind) {
+    let clock = ManualClock::new(T0_US);
+    let st = store(kind, &clock).await;
+    let l = limiter(CONFIG, Settings::default(), st.clone());
+    for (tenant, n) in [("a", 14u64), ("b", 12), ("c", 3)] {
+        for _ in 0..n {
+            let r = request(
+                "ops",
+                vec![descriptor(&[("tenant", tenant), ("model", "m")])],
+            );
+            l.should_rate_limit(&r).await.expect("a decision");
+        }
+    }
+    let top = l
+        .top()
+        .report("ops", 20)
+        .expect("over-limit answers were counted");
+    let got: Vec<(&str, u64)> = top
+        .minute
+        .iter()
+        .map(|h| (h.descriptor.as_str(), h.over_limit))
+        .collect();
+    // per_model allows 5 a minute per tenant and model.
+    assert_eq!(
+        got,
+        vec![("tenant=a,model=m", 9), ("tenant=b,model=m", 7)],
+        "{}",
+        kind.name()
+    );
+    assert_eq!((top.total_minute, top.total_hour), (16, 16));
+}
+
+#[test]
+fn top_counts_over_limit_answers_on_every_store() {
+    for_every_store(top_counts_over_limit_answers);
+}
+
+/// Under `--clock redis` a reading is at Redis `TIME`: the window's end is a real one.
+async fn readings_use_redis_time(kind: StoreKind) {
+    let st = tollgate_store_on_redis_time(kind).await;
+    let c = config(CONFIG);
+    let l = limiter(CONFIG, Settings::default(), st.clone());
+    let r = request("ops", vec![descriptor(&[("tenant", "t"), ("model", "m")])]);
+    assert_eq!(l.should_rate_limit(&r).await.unwrap().overall_code, OK);
+    let views = look(&c, &st, &[("tenant", "t"), ("model", "m")]).await;
+    let t = named(&views, "per_tenant");
+    let wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert_eq!(t.used, 1);
+    assert!(
+        t.reset_after_s <= 60 && t.resets_at_unix_ms > wall_ms,
+        "{t:?}"
+    );
+    assert!(t.resets_at_unix_ms <= wall_ms + 61_000, "{t:?}");
+}
+
+/// A Redis store of `kind` whose scripts read Redis `TIME`.
+async fn tollgate_store_on_redis_time(kind: StoreKind) -> Arc<AnyStore> {
+    let unused = ManualClock::new(T0_US);
+    let mut setup = RedisSetup::new(redis_url(kind).expect("a redis kind"), &unused);
+    setup.clock = tollgate::store::redis::ClockSource::Redis;
+    let s: Arc<AnyStore> = Arc::new(setup.connect().into());
+    wait_ready(&*s).await;
+    s
+}
+
+#[test]
+fn readings_under_the_redis_clock_use_redis_time() {
+    for_stores(
+        &[StoreKind::Redis, StoreKind::Cluster],
+        readings_use_redis_time,
     );
 }

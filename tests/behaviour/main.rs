@@ -14,7 +14,9 @@
 //! - `script`: the Lua script against the Rust algorithms, call by call (no service);
 //! - `usage`: usage domains (`--usage-domains`) answer as overdraft limits do;
 //! - `calendar`: calendar windows in time zones at their edges (month ends, DST, leap days);
-//! - `slots`: concurrency caps: slots, releases, leases, two instances racing.
+//! - `slots`: concurrency caps: slots, releases, leases, two instances racing;
+//! - `counters`: the operator's counters (read without writing, resets racing decisions) and who
+//!   is being limited.
 
 #[path = "../support/mod.rs"]
 mod support;
