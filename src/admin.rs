@@ -213,22 +213,12 @@ async fn reset_endpoint<S: Store>(
         Ok(views) => {
             let metrics = st.limiter.metrics();
             metrics.counter_resets.inc_by(views.len() as u64);
-            let descriptor: Vec<String> = sel
-                .entries
-                .iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{}={}",
-                        crate::log_throttle::printable(k),
-                        crate::log_throttle::printable(v)
-                    )
-                })
-                .collect();
+            let descriptor = sel.printable_descriptor();
             for v in &views {
                 tracing::warn!(
                     %peer,
                     domain = %crate::log_throttle::printable(&sel.domain),
-                    descriptor = %descriptor.join(","),
+                    descriptor = %descriptor,
                     limit = %crate::log_throttle::printable(&v.name),
                     key = %crate::log_throttle::printable(&v.key),
                     used_before = v.used_before,

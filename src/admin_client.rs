@@ -97,7 +97,8 @@ fn selector(args: &SelectorArgs, limit: Option<String>) -> anyhow::Result<Select
     })
 }
 
-fn token(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+/// The admin token in the file at `path`, if one is given.
+pub(crate) fn token(path: Option<&Path>) -> anyhow::Result<Option<String>> {
     path.map(|p| {
         let raw = std::fs::read_to_string(p)
             .map_err(|e| anyhow::anyhow!("cannot read --token-file {}: {e}", p.display()))?;
@@ -122,7 +123,8 @@ async fn send(request: reqwest::RequestBuilder, token: Option<String>) -> anyhow
     Ok(body)
 }
 
-fn base(addr: &str) -> String {
+/// An admin address as a URL base: `http://` added when no scheme is given.
+pub(crate) fn base(addr: &str) -> String {
     let addr = addr.trim_end_matches('/');
     if addr.contains("://") {
         addr.to_string()

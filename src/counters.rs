@@ -37,6 +37,26 @@ pub struct Selector {
     pub limit: Option<String>,
 }
 
+impl Selector {
+    /// The descriptor as logs and the status page show it: `k=v,k2=v2`, each key and value
+    /// through the log's bound.
+    pub fn printable_descriptor(&self) -> String {
+        let mut out = String::new();
+        for (i, (k, v)) in self.entries.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                "{}={}",
+                crate::log_throttle::printable(k),
+                crate::log_throttle::printable(v)
+            );
+        }
+        out
+    }
+}
+
 /// Why an operator's request cannot be answered.
 #[derive(Debug, thiserror::Error)]
 pub enum CounterError {

@@ -214,22 +214,11 @@ async fn lookup_section<S: Store>(
 }
 
 fn counter_table(sel: &Selector, views: &[CounterView], page: &mut String) {
-    let descriptor: Vec<String> = sel
-        .entries
-        .iter()
-        .map(|(k, v)| {
-            format!(
-                "{}={}",
-                crate::log_throttle::printable(k),
-                crate::log_throttle::printable(v)
-            )
-        })
-        .collect();
     let _ = write!(
         page,
         "<p>Domain <code>{}</code>, descriptor <code>{}</code>:</p>",
         esc(&sel.domain),
-        esc(&descriptor.join(","))
+        esc(&sel.printable_descriptor())
     );
     if views.is_empty() {
         page.push_str("<p id=\"counters\">No limit applies to that descriptor.</p>");

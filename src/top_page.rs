@@ -234,14 +234,9 @@ async fn fleet(args: &TopArgs, token: Option<&str>) -> anyhow::Result<String> {
         .build()?;
     let n = args.count.clamp(1, K);
     let asks = args.addrs.iter().map(|addr| {
-        let base = addr.trim_end_matches('/');
-        let base = if base.contains("://") {
-            base.to_string()
-        } else {
-            format!("http://{base}")
-        };
         let url = format!(
-            "{base}/top?domain={}&n={K}",
+            "{}/top?domain={}&n={K}",
+            crate::admin_client::base(addr),
             crate::counters::encode(&args.domain)
         );
         let mut req = client.get(url);
@@ -334,15 +329,7 @@ async fn fleet(args: &TopArgs, token: Option<&str>) -> anyhow::Result<String> {
 
 /// `tollgate top`: once, or refreshed every interval until Ctrl-C.
 pub async fn run(args: &TopArgs) -> anyhow::Result<()> {
-    let token = match &args.token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|e| anyhow::anyhow!("cannot read --token-file {}: {e}", p.display()))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
+    let token = crate::admin_client::token(args.token_file.as_deref())?;
     if args.once {
         print!("{}", fleet(args, token.as_deref()).await?);
         return Ok(());
