@@ -95,15 +95,20 @@ fn due_named_at(
 /// A caller-chosen name as it may be logged: at most 64 characters, control characters
 /// escaped.
 pub fn printable(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .take(64)
-        .flat_map(char::escape_default)
-        .collect();
-    if name.chars().count() > 64 {
+    let mut out = String::new();
+    push_printable(&mut out, name);
+    out
+}
+
+/// [`printable`], appended to `out` (no allocation of its own).
+pub fn push_printable(out: &mut String, name: &str) {
+    let mut chars = name.chars();
+    for c in chars.by_ref().take(64) {
+        out.extend(c.escape_default());
+    }
+    if chars.next().is_some() {
         out.push('…');
     }
-    out
 }
 
 #[cfg(test)]
