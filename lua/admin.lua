@@ -5,8 +5,8 @@
 -- ARGV[1]: 'read' or 'reset'. ARGV[2]: now in µs, or '' to use Redis TIME (as the decision
 --   script does under --clock redis). For 'reset', ARGV[2 + i] is KEYS[i]'s algorithm code and
 --   window in µs, 'code:window' (src/store/redis/script.rs `layout`).
--- Returns now, then per key: 'read', its stored bytes (nil when there is no key); 'reset', 1
---   when it held state that was live, else 0.
+-- Returns now, then per key its stored bytes (nil when there is no key): as they are
+--   ('read'), or as they were just before the reset ('reset').
 --
 -- A reset is src/algorithm/inspect.rs `reset` over the state formats of lua/tollgate.lua (its
 -- header): a fixed window is kept empty, ending 1 µs earlier; a sliding window becomes one
@@ -14,7 +14,7 @@
 -- deleted. So no refund of a charge made before the reset (a mark: a window end, a granule, a
 -- bucket's birth, a slot id) finds the state counted after it.
 
-local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY = 0, 1, 2, 3
+local FIXED_WINDOW, SLIDING_WINDOW = 0, 1
 local HEADER = 16
 
 local now = tonumber(ARGV[2])
@@ -43,11 +43,9 @@ for i = 1, #KEYS do
   local key = KEYS[i]
   local alg, window = string.match(ARGV[2 + i] or '', '^(%d+):(%d+)$')
   alg, window = tonumber(alg), tonumber(window)
-  local cleared = 0
   local raw = redis.call('GET', key)
   if raw and alg == FIXED_WINDOW and #raw == 16 then
-    local count, stop = struct.unpack('<dd', raw)
-    if stop > now and count > 0 then cleared = 1 end
+    local _, stop = struct.unpack('<dd', raw)
     if stop - 1 > now then
       redis.call('SET', key, struct.pack('<dd', 0, stop - 1), 'PX', ttl_ms(stop - 1))
     else
@@ -56,18 +54,11 @@ for i = 1, #KEYS do
       redis.call('DEL', key)
     end
   elseif raw and alg == SLIDING_WINDOW and #raw >= HEADER then
-    local total, head = struct.unpack('<dd', raw)
-    -- The newest entry, and whether any entry is still in the window.
-    local newest, live = nil, false
-    for pos = head + 1, #raw - 15, 16 do
-      local t, c = struct.unpack('<dd', raw, pos)
-      newest = t
-      if t + window > now then
-        live = true
-        if c > 0 then cleared = 1 end
-      end
-    end
-    if live then
+    local _, head = struct.unpack('<dd', raw)
+    -- The newest entry (stamps only grow: the last), and whether it is still in the window.
+    local newest
+    if head + 16 <= #raw then newest = struct.unpack('<d', raw, #raw - 15) end
+    if newest and newest + window > now then
       local g = math.max(math.floor(window / 1000), 1000)
       local fence = (math.floor(math.max(newest, now) / g) + 1) * g + g - 1
       redis.call('SET', key, struct.pack('<dddd', 0, HEADER, fence, 0), 'PX',
@@ -75,20 +66,11 @@ for i = 1, #KEYS do
     else
       redis.call('DEL', key)
     end
-  elseif raw and alg == TOKEN_BUCKET and #raw >= 40 then
-    -- Debt left while tat = us + frac / limit is after now.
-    local us, frac = struct.unpack('<dd', raw)
-    if us > now or (us == now and frac > 0) then cleared = 1 end
-    redis.call('DEL', key)
-  elseif raw and alg == CONCURRENCY then
-    for pos = 1, #raw - 31, 32 do
-      local _, _, units, expires = struct.unpack('<dddd', raw, pos)
-      if expires > now and units > 0 then cleared = 1 end
-    end
-    redis.call('DEL', key)
   elseif raw then
+    -- A token bucket or a concurrency limit: its next state is born afresh.
     redis.call('DEL', key)
   end
-  out[i + 1] = cleared
+  -- What it held: Rust reads the usage a reset cleared from these bytes.
+  out[i + 1] = raw
 end
 return out

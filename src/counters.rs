@@ -105,7 +105,7 @@ pub struct ResetView {
     pub key: String,
     /// It held usage that the reset cleared.
     pub cleared: bool,
-    /// What it held just before (read, then reset: another decision may land in between).
+    /// What it held when the reset cleared it.
     pub used_before: u64,
 }
 
@@ -355,19 +355,20 @@ pub async fn reset<S: Store>(
             ),
         }));
     }
-    // What each counter held, for the log and the answer; the reset itself is atomic.
-    let before = store.read(&plan).await?;
-    let cleared = store.reset(&plan).await?;
+    // The reset answers what each counter held when it cleared it, in the same atomic step.
+    let before = store.reset(&plan).await?;
     Ok(plan
         .charges
         .iter()
         .zip(before)
-        .zip(cleared)
-        .map(|((c, r), cleared)| ResetView {
-            name: c.limit.metric_label.clone(),
-            used_before: inspect::usage(&r.state, &c.limit.params, r.now_us).used,
-            key: r.key,
-            cleared,
+        .map(|(c, r)| {
+            let used_before = inspect::usage(&r.state, &c.limit.params, r.now_us).used;
+            ResetView {
+                name: c.limit.metric_label.clone(),
+                key: r.key,
+                cleared: used_before > 0,
+                used_before,
+            }
         })
         .collect())
 }

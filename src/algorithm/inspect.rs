@@ -87,11 +87,6 @@ pub fn reset(state: &Option<State>, p: &LimitParams, now: u64) -> Option<State> 
     }
 }
 
-/// Whether a counter held usage a reset clears.
-pub fn held(state: &Option<State>, p: &LimitParams, now: u64) -> bool {
-    usage(state, p, now).used > 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::batch::tests::{params, run};
@@ -165,6 +160,5 @@ mod tests {
         assert_eq!(usage(&s, &p, 1_000_000).debt, 3);
         // Nothing live: nothing to keep.
         assert_eq!(reset(&None, &p, 1_000_000), None);
-        assert!(!held(&None, &p, 1_000_000));
     }
 }

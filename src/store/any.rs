@@ -82,7 +82,10 @@ pub trait DynStore: Send + Sync + 'static {
         &'a self,
         plan: &'a Plan<'a>,
     ) -> Boxed<'a, Result<Vec<CounterReading>, StoreError>>;
-    fn reset_boxed<'a>(&'a self, plan: &'a Plan<'a>) -> Boxed<'a, Result<Vec<bool>, StoreError>>;
+    fn reset_boxed<'a>(
+        &'a self,
+        plan: &'a Plan<'a>,
+    ) -> Boxed<'a, Result<Vec<CounterReading>, StoreError>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -120,7 +123,10 @@ impl<S: Store> DynStore for S {
     ) -> Boxed<'a, Result<Vec<CounterReading>, StoreError>> {
         Box::pin(self.read(plan))
     }
-    fn reset_boxed<'a>(&'a self, plan: &'a Plan<'a>) -> Boxed<'a, Result<Vec<bool>, StoreError>> {
+    fn reset_boxed<'a>(
+        &'a self,
+        plan: &'a Plan<'a>,
+    ) -> Boxed<'a, Result<Vec<CounterReading>, StoreError>> {
         Box::pin(self.reset(plan))
     }
 }
@@ -142,7 +148,7 @@ impl Store for AnyStore {
         }
     }
 
-    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<bool>, StoreError> {
+    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
         match self {
             AnyStore::Memory(s) => s.reset(plan).await,
             AnyStore::Redis(s) => s.reset(plan).await,

@@ -25,6 +25,7 @@ use super::{ChargeOutcome, CounterReading, Store, StoreError};
 use crate::algorithm::batch::{self, BatchCharge, Counter};
 use crate::algorithm::{expires_at, inspect, refresh, refund, Landing, Mode, State};
 use crate::clock::Clock;
+use crate::limit::LimitParams;
 use crate::metrics::Metrics;
 use crate::plan::Plan;
 
@@ -117,7 +118,7 @@ impl Store for MemoryStore {
         Ok(self.read_now(plan))
     }
 
-    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<bool>, StoreError> {
+    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
         Ok(self.reset_now(plan))
     }
 
@@ -166,7 +167,7 @@ impl Locked<'_> {
         spec: usize,
         key: &str,
         state: Option<State>,
-        p: &crate::limit::LimitParams,
+        p: &LimitParams,
         budget: usize,
         now: u64,
     ) -> u64 {
@@ -286,24 +287,26 @@ impl MemoryStore {
     }
 
     fn read_now(&self, plan: &Plan<'_>) -> Vec<CounterReading> {
-        let now = self.clock.now_us();
-        let placed = place(plan, "", self.layout);
-        let mut locked = self.lock(&placed);
-        placed
-            .charges
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| CounterReading {
-                state: locked.load(i, &spec.key, now),
-                now_us: now,
-                key: spec.key.to_string(),
-                lease: 0,
-            })
-            .collect()
+        self.read_and(plan, |_, _, _, _| {})
     }
 
-    /// Resets every counter of `plan` under its shards' locks (the whole request at once).
-    fn reset_now(&self, plan: &Plan<'_>) -> Vec<bool> {
+    /// Resets every counter of `plan` under its shards' locks (the whole request at once);
+    /// answers what each held.
+    fn reset_now(&self, plan: &Plan<'_>) -> Vec<CounterReading> {
+        let budget = self.shard_budget;
+        self.read_and(plan, |locked, i, r, p| {
+            let after = inspect::reset(&r.state, p, r.now_us);
+            locked.store(i, &r.key, after, p, budget, r.now_us);
+        })
+    }
+
+    /// Reads `plan`'s counters under their shards' locks and runs `then` on each reading
+    /// (with its limit's numbers) while they are held.
+    fn read_and(
+        &self,
+        plan: &Plan<'_>,
+        mut then: impl FnMut(&mut Locked<'_>, usize, &CounterReading, &LimitParams),
+    ) -> Vec<CounterReading> {
         let now = self.clock.now_us();
         let placed = place(plan, "", self.layout);
         let mut locked = self.lock(&placed);
@@ -312,11 +315,14 @@ impl MemoryStore {
             .iter()
             .enumerate()
             .map(|(i, spec)| {
-                let state = locked.load(i, &spec.key, now);
-                let held = inspect::held(&state, &spec.params, now);
-                let after = inspect::reset(&state, &spec.params, now);
-                locked.store(i, &spec.key, after, &spec.params, self.shard_budget, now);
-                held
+                let reading = CounterReading {
+                    state: locked.load(i, &spec.key, now),
+                    now_us: now,
+                    key: spec.key.to_string(),
+                    lease: 0,
+                };
+                then(&mut locked, i, &reading, &spec.params);
+                reading
             })
             .collect()
     }

@@ -76,8 +76,11 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Resets `plan`'s counters as [`crate::algorithm::inspect::reset`] says, atomically per
-    /// placement group (`POST /counters/reset`); per charge, whether its counter held usage.
-    fn reset(&self, plan: &Plan<'_>) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send {
+    /// placement group (`POST /counters/reset`); per charge, its counter as the reset found it.
+    fn reset(
+        &self,
+        plan: &Plan<'_>,
+    ) -> impl Future<Output = Result<Vec<CounterReading>, StoreError>> + Send {
         let _ = plan;
         let e = StoreError::unsupported(self.name(), "resetting counters");
         async move { Err(e) }

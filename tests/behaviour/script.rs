@@ -341,8 +341,13 @@ impl Runner {
         Ok(reply.answer)
     }
 
-    /// An operator's reset of `key` by `lua/admin.lua`: whether it held usage.
-    async fn lua_reset(&self, key: &str, p: &LimitParams, now: u64) -> Result<bool, String> {
+    /// An operator's reset of `key` by `lua/admin.lua`: the state it found there.
+    async fn lua_reset(
+        &self,
+        key: &str,
+        p: &LimitParams,
+        now: u64,
+    ) -> Result<Option<State>, String> {
         let code = match p.algorithm {
             Algorithm::FixedWindow => script::layout::FIXED_WINDOW,
             Algorithm::SlidingWindow => script::layout::SLIDING_WINDOW,
@@ -354,15 +359,17 @@ impl Runner {
             now.to_string(),
             format!("{code}:{}", p.window_us),
         ];
-        let reply: Vec<i64> = self
+        let reply: (i64, Option<Vec<u8>>) = self
             .client
             .evalsha(&self.admin.sha, vec![key], args)
             .await
             .map_err(|e| e.to_string())?;
-        match reply[..] {
-            [n, held] if n == now as i64 => Ok(held == 1),
-            _ => Err(format!("the reset answered {reply:?}")),
+        if reply.0 != now as i64 {
+            return Err(format!("the reset answered at {} for {now}", reply.0));
         }
+        let mut found = reply.1.and_then(|raw| decode_state(p, &raw));
+        refresh(&mut found, p, now);
+        Ok(found)
     }
 
     async fn lua_state(&self, key: &str, p: &LimitParams, now: u64) -> Option<State> {
@@ -407,11 +414,12 @@ impl Runner {
                 let p = &keys[k][0];
                 let _ = writeln!(story, "reset k{k} at T0+{}", now as i64 - T0 as i64);
                 let lua = self.lua_reset(&format!("{prefix}k{k}"), p, now).await;
-                let rust = inspect::held(&states[k], p, now);
+                let mut rust = states[k].clone();
+                refresh(&mut rust, p, now);
                 states[k] = inspect::reset(&states[k], p, now);
-                if lua != Ok(rust) {
+                if lua.as_ref() != Ok(&rust) {
                     return Err(format!(
-                        "{story}the resets differ: lua {lua:?}, rust {rust}"
+                        "{story}the resets found: lua {lua:?}, rust {rust:?}"
                     ));
                 }
             }

@@ -99,16 +99,26 @@ impl Inner {
         Ok((now, values))
     }
 
-    pub(super) async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
-        let placed = place(plan, &self.prefix, self.layout());
-        let calls = placed
-            .groups
-            .iter()
-            .map(|g| self.admin_call(&placed, g, Operation::Read));
+    /// One admin call per placement group (concurrently), each counter's bytes decoded: as
+    /// they stand, or as a reset found them.
+    async fn readings(
+        &self,
+        placed: &Placed<'_>,
+        op: Operation,
+    ) -> Result<Vec<CounterReading>, StoreError> {
+        let calls = placed.groups.iter().map(|g| self.admin_call(placed, g, op));
         let replies = join_all(calls).await;
         let mut out: Vec<Option<CounterReading>> = vec![None; placed.charges.len()];
+        let mut failure = None;
         for (g, reply) in placed.groups.iter().zip(replies) {
-            let (now, values) = reply?;
+            // A reset's groups that answered are reset; the caller may run it again.
+            let (now, values) = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    failure = Some(e);
+                    continue;
+                }
+            };
             for (&ci, &k) in g.charges.iter().zip(&g.key_of) {
                 let spec = &placed.charges[ci];
                 let state = match &values[k] {
@@ -135,39 +145,26 @@ impl Inner {
                 });
             }
         }
+        if let Some(e) = failure {
+            return Err(e);
+        }
         out.into_iter()
             .map(|r| r.ok_or_else(|| unreadable("a charge in no placement group".into())))
             .collect()
     }
 
-    pub(super) async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<bool>, StoreError> {
+    pub(super) async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
+        let placed = place(plan, &self.prefix, self.layout());
+        self.readings(&placed, Operation::Read).await
+    }
+
+    pub(super) async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
         let placed = place(plan, &self.prefix, self.layout());
         for spec in &placed.charges {
             self.leases.forget(&spec.key);
             self.cache.forget(&spec.key);
         }
-        let calls = placed
-            .groups
-            .iter()
-            .map(|g| self.admin_call(&placed, g, Operation::Reset));
-        let replies = join_all(calls).await;
-        let mut held = vec![false; placed.charges.len()];
-        let mut failure = None;
-        for (g, reply) in placed.groups.iter().zip(replies) {
-            match reply {
-                Ok((_, values)) => {
-                    for (&ci, &k) in g.charges.iter().zip(&g.key_of) {
-                        held[ci] = matches!(values[k], Value::Integer(1));
-                    }
-                }
-                Err(e) => failure = Some(e),
-            }
-        }
-        match failure {
-            // Groups that answered are reset; the caller may run the reset again.
-            Some(e) => Err(e),
-            None => Ok(held),
-        }
+        self.readings(&placed, Operation::Reset).await
     }
 }
 

@@ -124,7 +124,7 @@ impl Store for RedisStore {
         self.inner.read(plan).await
     }
 
-    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<bool>, StoreError> {
+    async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
         self.inner.reset(plan).await
     }
 
