@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tollgate::clock::{Clock, ManualClock, SystemClock};
+use tollgate::base::clock::{Clock, ManualClock, SystemClock};
 use tollgate::config::{compile_sources, LoadOptions};
 use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
+use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 
 const ALGORITHMS: [&str; 3] = ["fixed_window", "sliding_window", "token_bucket"];

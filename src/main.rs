@@ -5,22 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use tollgate::base::clock::SystemClock;
+use tollgate::base::shutdown::Shutdown;
+use tollgate::cli::compat;
+use tollgate::cli::query;
 use tollgate::cli::{Cli, ClockArg, Command, ServeArgs};
-use tollgate::clock::SystemClock;
-use tollgate::compat;
 use tollgate::config::{load_path, LoadOptions};
-use tollgate::metrics::Metrics;
-use tollgate::query;
-use tollgate::server::{self, ConfigSource, ServerOptions};
-use tollgate::settings::{HeaderNames, Settings};
-use tollgate::shutdown::Shutdown;
-use tollgate::stats::mapper::Mapper;
-use tollgate::stats::Statistics;
+use tollgate::serve::transport::{GrpcTls, Transport};
+use tollgate::serve::{self, ConfigSource, ServerOptions};
+use tollgate::service::settings::{HeaderNames, Settings};
+use tollgate::service::validate::Bounds;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
-use tollgate::telemetry;
-use tollgate::transport::{GrpcTls, Transport};
-use tollgate::validate::Bounds;
+use tollgate::telemetry::logging;
+use tollgate::telemetry::metrics::Metrics;
+use tollgate::telemetry::stats::mapper::Mapper;
+use tollgate::telemetry::stats::Statistics;
 
 /// mimalloc: fewer cycles in malloc/free on the request path than the system allocator.
 #[global_allocator]
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
     } else {
         (Cli::parse(), Vec::new())
     };
-    if let Err(e) = telemetry::init_logs(&cli.log, cli.log_format.into()) {
+    if let Err(e) = logging::init_logs(&cli.log, cli.log_format.into()) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
@@ -101,15 +101,15 @@ fn main() -> ExitCode {
                 Ok(answer.exit_code)
             }
             Command::Counters(args) => {
-                print!("{}", tollgate::admin_client::counters(&args).await?);
+                print!("{}", tollgate::cli::counters::counters(&args).await?);
                 Ok(0)
             }
             Command::Top(args) => {
-                tollgate::top_page::run(&args).await?;
+                tollgate::admin::top_page::run(&args).await?;
                 Ok(0)
             }
             Command::Reset(args) => {
-                print!("{}", tollgate::admin_client::reset(&args).await?);
+                print!("{}", tollgate::cli::counters::reset(&args).await?);
                 Ok(0)
             }
         }
@@ -142,7 +142,7 @@ fn message(e: &anyhow::Error) -> String {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let _traces = telemetry::init_traces(&args.traces.options())?;
+    let _traces = logging::init_traces(&args.traces.options())?;
     let settings = Settings {
         count_rejected: args.count_rejected,
         global_shadow: args.shadow_mode,
@@ -192,7 +192,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         admin_ui: args.admin.admin_ui,
         admin_write_addr: args.admin.admin_write_addr,
         admin_token: match &args.admin.admin_token_file {
-            Some(path) => Some(Arc::new(tollgate::admin_token::AdminToken::from_file(
+            Some(path) => Some(Arc::new(tollgate::admin::token::AdminToken::from_file(
                 path,
             )?)),
             None => None,
@@ -236,13 +236,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    let statsd = tollgate::stats::statsd::spawn(&args.statsd, statistics.clone(), shutdown.clone());
+    let statsd = tollgate::telemetry::stats::statsd::spawn(
+        &args.statsd,
+        statistics.clone(),
+        shutdown.clone(),
+    );
     let running = match &args.redis_url {
         None => {
             let store = MemoryStore::new(Arc::new(SystemClock))
                 .with_metrics(metrics)
                 .with_max_bytes(args.max_store_bytes);
-            server::start(opts, store.into(), shutdown).await?
+            serve::start(opts, store.into(), shutdown).await?
         }
         Some(url) => {
             let password = match &args.redis_password_file {
@@ -276,7 +280,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     .zip(args.redis_client_key.clone()),
             };
             let store = RedisStore::connect(redis, Arc::new(SystemClock))?;
-            server::start(opts, store.into(), shutdown).await?
+            serve::start(opts, store.into(), shutdown).await?
         }
     };
     running.wait().await?;

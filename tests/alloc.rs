@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use tollgate::clock::SystemClock;
+use tollgate::base::clock::SystemClock;
 use tollgate::config::{compile_sources, LoadOptions};
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
+use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 
 use support::server::req;

@@ -6,7 +6,7 @@
 //! (shard locks in memory, a Lua script in Redis, which follows this function step by step)
 //! and write back the counters marked `commit`.
 //!
-//! What each charge reports follows the reporting rule of [`crate::decision`], from the state
+//! What each charge reports follows the reporting rule of [`crate::service::decision`], from the state
 //! the request leaves behind: an allowed charge, the remaining and the time until its limit is
 //! whole; a denied one, the time until the request's unlanded cost on that counter fits.
 

@@ -1,7 +1,7 @@
 //! What every layer says about a charge's part in a decision, kept here at the bottom so the
 //! arithmetic depends on nothing above it: a charge's [`Role`], the [`Mode`] a batch or group
 //! runs in, what its limit answered ([`ChargeOutcome`]), and the one denial rule ([`verdict`],
-//! documented with the rest of the decision in [`crate::decision`]).
+//! documented with the rest of the decision in [`crate::service::decision`]).
 
 /// How a charge takes part in the request's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ impl Verdict {
     }
 }
 
-/// The one denial rule (see [`crate::decision`]), from `(role, overdraft, allowed)` per
+/// The one denial rule (see [`crate::service::decision`]), from `(role, overdraft, allowed)` per
 /// charge and the number of quota descriptors in the request (including those with no
 /// enforced limit).
 pub fn verdict(

@@ -11,7 +11,7 @@ use super::{
     ConfigError, ConfigProblem, Domain, DomainPolicy, LeaseError, Level, LimitError, Pattern, Rule,
     RuleError, UsageDomains,
 };
-use crate::duration;
+use crate::base::duration;
 use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams, Unit};
 
 /// Parses and compiles one YAML file's text. `file` names it in errors; a domain that
@@ -299,7 +299,7 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
 }
 
 /// A calendar limit's unit: its period's; a `unit` written beside it must agree.
-fn calendar_unit(rl: &RawLimit, c: crate::calendar::Calendar) -> Result<Unit, LimitError> {
+fn calendar_unit(rl: &RawLimit, c: crate::limit::calendar::Calendar) -> Result<Unit, LimitError> {
     let unit = c.period.unit();
     match rl.unit.as_deref().filter(|u| !u.is_empty()) {
         Some(u) if Unit::parse(u) != Some(unit) => Err(LimitError::CalendarUnit {
@@ -315,8 +315,8 @@ fn calendar_unit(rl: &RawLimit, c: crate::calendar::Calendar) -> Result<Unit, Li
 fn compile_calendar(
     rl: &RawLimit,
     algorithm: Algorithm,
-) -> Result<Option<crate::calendar::Calendar>, LimitError> {
-    use crate::calendar::{weekday, zone, Calendar, Period};
+) -> Result<Option<crate::limit::calendar::Calendar>, LimitError> {
+    use crate::limit::calendar::{weekday, zone, Calendar, Period};
     let Some(period) = rl.calendar.as_deref() else {
         if rl.timezone.is_some() {
             return Err(LimitError::CalendarOnly("timezone"));

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::calendar::{PERIOD_NAMES, WEEKDAY_NAMES};
+use crate::limit::calendar::{PERIOD_NAMES, WEEKDAY_NAMES};
 use crate::limit::{ALGORITHM_NAMES, UNIT_NAMES};
 
 /// A config problem a user can act on: which file, where, what.
@@ -147,7 +147,7 @@ pub enum LimitError {
     TokenBucketWithoutLimit,
     #[error(
         "token_bucket with burst {burst}, requests_per_unit {limit} and a {} window is too large to compute exactly: keep 101 × burst × max(requests_per_unit, window in µs / requests_per_unit) under 2^52, or use fixed_window or sliding_window",
-        crate::duration::format(*.window)
+        crate::base::duration::format(*.window)
     )]
     TokenBucketTooLarge {
         burst: u64,

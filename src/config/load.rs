@@ -20,7 +20,7 @@ pub struct LoadOptions {
     /// Domains whose limits all record usage after the fact (`--usage-domains`).
     pub usage_domains: UsageDomains,
     /// envoyproxy/ratelimit's statistics, bound to each compiled rule (`None`: off).
-    pub stats: Option<std::sync::Arc<crate::stats::Statistics>>,
+    pub stats: Option<std::sync::Arc<crate::telemetry::stats::Statistics>>,
 }
 
 /// Which files of a config directory are read (subdirectories never are).
@@ -86,7 +86,7 @@ pub fn compile_sources(
     for (name, text) in sources {
         let mut domain = compile_file(name, text, &opts.usage_domains)?;
         if let Some(stats) = &opts.stats {
-            crate::stats::key::bind(&mut domain, stats);
+            crate::telemetry::stats::name::bind(&mut domain, stats);
         }
         add_domain(&mut config, domain, name, opts)?;
     }

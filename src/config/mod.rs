@@ -279,7 +279,7 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
                     c.period.name(),
                     c.zone.name
                 );
-                if c.period == crate::calendar::Period::Week {
+                if c.period == crate::limit::calendar::Period::Week {
                     let _ = write!(s, ", week_starts: {}", c.week_starts_name());
                 }
             } else if p.algorithm == crate::limit::Algorithm::Concurrency {

@@ -163,15 +163,17 @@ fn window<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
 
 /// A limit's `calendar`, checked here so that an error names its line.
 fn calendar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    as_written(d, |s: String| match crate::calendar::Period::parse(&s) {
-        Some(_) => Ok(s),
-        None => Err(LimitError::Calendar(s)),
+    as_written(d, |s: String| {
+        match crate::limit::calendar::Period::parse(&s) {
+            Some(_) => Ok(s),
+            None => Err(LimitError::Calendar(s)),
+        }
     })
 }
 
 /// A limit's `timezone`, checked here so that an error names its line.
 fn timezone<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    as_written(d, |s: String| match crate::calendar::zone(&s) {
+    as_written(d, |s: String| match crate::limit::calendar::zone(&s) {
         Some(_) => Ok(s),
         None => Err(LimitError::TimeZone(s)),
     })
@@ -179,7 +181,7 @@ fn timezone<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error>
 
 /// A limit's `week_starts`, checked here so that an error names its line.
 fn week_starts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    as_written(d, |s: String| match crate::calendar::weekday(&s) {
+    as_written(d, |s: String| match crate::limit::calendar::weekday(&s) {
         Some(_) => Ok(s),
         None => Err(LimitError::WeekStarts(s)),
     })

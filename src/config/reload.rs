@@ -14,8 +14,8 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use super::{compile_sources, read_sources, Config, ConfigError, LoadOptions};
-use crate::metrics::Metrics;
-use crate::shutdown::Shutdown;
+use crate::base::shutdown::Shutdown;
+use crate::telemetry::metrics::Metrics;
 
 /// Why a reload was rejected.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -8,13 +8,13 @@
 //!
 //! Counter keys and their hash tags are built in [`key`].
 
-mod key;
+mod counter_key;
 
 use std::borrow::Cow;
 use std::ops::Range;
 
-use key::counter_key;
-pub use key::tag_of;
+use counter_key::counter_key;
+pub use counter_key::tag_of;
 
 use crate::algorithm::concurrency::SlotId;
 pub use crate::algorithm::Role;
@@ -29,7 +29,7 @@ pub struct Plan<'c> {
     pub descriptors: Vec<DescriptorPlan<'c>>,
     pub charges: Vec<PlannedCharge<'c>>,
     /// Descriptors whose matched rule has `quota_mode`, charged or not (see
-    /// [`crate::decision::verdict`]).
+    /// [`crate::service::decision::verdict`]).
     pub quota_descriptors: usize,
     /// The id of the concurrency slots the request takes, releases or renews (`(0, 0)`: none;
     /// see [`crate::algorithm::concurrency`]).

@@ -1,7 +1,7 @@
 //! One store type for the server. [`Store`] hands out `impl Future`s, so it is not
 //! object-safe, and a server generic over its store is compiled again (in release builds) by
 //! every crate that starts one: the binary twice, once per store, and each test binary once per
-//! store it uses. [`AnyStore`] lets [`crate::server::start`] be compiled once, here: the
+//! store it uses. [`AnyStore`] lets [`crate::serve::start`] be compiled once, here: the
 //! built-in stores are called directly (one `match` per call, nothing boxed), and any other
 //! store goes behind boxed futures ([`AnyStore::Other`]).
 

@@ -24,10 +24,10 @@ use super::protocol::{GroupAnswer, Next, Protocol, Refund};
 use super::{ChargeOutcome, CounterReading, Store, StoreError};
 use crate::algorithm::batch::{self, BatchCharge, Counter};
 use crate::algorithm::{expires_at, inspect, refresh, refund, Landing, Mode, State};
-use crate::clock::Clock;
+use crate::base::clock::Clock;
 use crate::limit::LimitParams;
-use crate::metrics::Metrics;
 use crate::plan::Plan;
+use crate::telemetry::metrics::Metrics;
 
 const SHARDS: usize = 64;
 /// Expired counters are swept at most this often (they are also dropped when touched).

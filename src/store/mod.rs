@@ -11,15 +11,15 @@ pub mod redis;
 use std::future::Future;
 
 use crate::algorithm::{Mode, State};
-pub use crate::decision::ChargeOutcome;
 use crate::plan::Plan;
+pub use crate::service::decision::ChargeOutcome;
 pub use any::{AnyStore, DynStore};
 
 pub use error::StoreError;
 
 pub trait Store: Send + Sync + 'static {
     /// Decides and charges `plan`'s charges as one request, by the rule of
-    /// [`crate::decision::verdict`], in `mode` ([`Mode::charging`]: `Decide`, or
+    /// [`crate::service::decision::verdict`], in `mode` ([`Mode::charging`]: `Decide`, or
     /// `CountRejected` for envoyproxy/ratelimit's counting, where every charge lands even on a
     /// denied request). Outcomes are index-aligned with `plan.charges`.
     fn apply(
@@ -57,7 +57,7 @@ pub trait Store: Send + Sync + 'static {
         async {}
     }
 
-    /// Runs a serving thread's `serve` (see [`crate::serving`]), inside that thread's runtime:
+    /// Runs a serving thread's `serve` (see [`crate::serve::threads`]), inside that thread's runtime:
     /// a store may set up what the thread's calls should use there (the Redis store opens
     /// connections whose I/O runs on the thread).
     fn serve_thread<F: Future>(&self, serve: F) -> impl Future<Output = F::Output> {

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use tollgate::clock::ManualClock;
-use tollgate::metrics::Metrics;
-use tollgate::settings::Settings;
+use tollgate::base::clock::ManualClock;
+use tollgate::service::settings::Settings;
 use tollgate::store::memory::MemoryStore;
+use tollgate::telemetry::metrics::Metrics;
 
 use crate::support::kit::limiter;
 use crate::support::server::{req, T0_US};

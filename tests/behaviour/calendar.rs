@@ -6,10 +6,10 @@
 //! with Redis's own clock (`--clock redis`, where the script picks the period by `TIME`).
 
 use jiff::Timestamp;
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::pb::rls::RateLimitResponse;
+use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::settings::Settings;
 use tollgate::store::redis::ClockSource;
 use tollgate::store::AnyStore;
 

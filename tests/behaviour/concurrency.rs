@@ -15,11 +15,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::clock::{ManualClock, SystemClock};
+use tollgate::base::clock::{ManualClock, SystemClock};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::settings::Settings;
+use tollgate::service::settings::Settings;
 use tollgate::store::redis::{ClockSource, RedisStore, KEY_FORMAT};
 use tonic::transport::Channel;
 

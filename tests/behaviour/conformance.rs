@@ -3,11 +3,11 @@
 //! quota and all-or-nothing across descriptors. The same table runs against every store of
 //! the kit.
 
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::settings::Settings;
+use tollgate::service::settings::Settings;
 
 use crate::support::kit::{for_every_store, limiter, store, StoreKind};
 

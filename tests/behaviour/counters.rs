@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::clock::ManualClock;
+use tollgate::admin::counters::{inspect, reset, CounterError, CounterView, Selector};
+use tollgate::base::clock::ManualClock;
 use tollgate::config::{compile_sources, Config, LoadOptions};
-use tollgate::counters::{inspect, reset, CounterError, CounterView, Selector};
-use tollgate::settings::Settings;
+use tollgate::service::settings::Settings;
+use tollgate::service::validate::Bounds;
 use tollgate::store::{AnyStore, Store};
-use tollgate::validate::Bounds;
 
 use crate::support::kit::{
     for_every_store, for_stores, limiter, redis_url, store, unique_prefix, wait_ready, RedisSetup,

@@ -16,12 +16,12 @@ use std::fmt::Write as _;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
+use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::settings::Settings;
 
 use crate::support::kit::{limiter, memory_like, store_with, AnyStore, StoreKind};
 

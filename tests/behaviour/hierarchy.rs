@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::Barrier;
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
+use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::settings::Settings;
 
 use crate::support::kit::{for_every_store, limiter, store, AnyStore, StoreKind};
 use crate::support::server::{

@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use tokio::sync::Barrier;
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::pb::common::rate_limit_descriptor::RateLimitOverride;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
+use tollgate::service::settings::{FailureMode, Settings};
+use tollgate::service::validate::Bounds;
 use tollgate::service::{CallError, RateLimiter};
-use tollgate::settings::{FailureMode, Settings};
 use tollgate::store::redis::KEY_FORMAT;
 use tollgate::store::Store;
-use tollgate::validate::Bounds;
 
 use crate::support::kit::{
     blocking, for_every_store, for_stores, limiter, redis_cluster, redis_single, store, store_with,

@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tollgate::clock::ManualClock;
-use tollgate::metrics::Metrics;
+use tollgate::base::clock::ManualClock;
+use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::settings::Settings;
 use tollgate::store::redis::RedisStore;
 use tollgate::store::Store;
+use tollgate::telemetry::metrics::Metrics;
 
 use crate::support::kit::{
     for_stores, limiter, redis_url, unique_prefix, wait_ready, RedisSetup, StoreKind,

@@ -6,14 +6,14 @@
 
 use std::borrow::Cow;
 
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::limit::Unit;
 use tollgate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
+use tollgate::service::settings::Settings;
 use tollgate::service::CallError;
-use tollgate::settings::Settings;
 
 use crate::support::kit::{for_every_store, limiter, store, StoreKind};
 

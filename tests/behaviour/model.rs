@@ -21,15 +21,15 @@ use tollgate::algorithm::fixed_window::Window;
 use tollgate::algorithm::sliding_window::{granule_us, Log};
 use tollgate::algorithm::token_bucket::Tat;
 use tollgate::algorithm::{charge, check_cost, fits, refresh, remaining, State};
-use tollgate::clock::ManualClock;
-use tollgate::decision::ChargeOutcome as Outcome;
+use tollgate::base::clock::ManualClock;
 use tollgate::limit::{Algorithm, LimitParams};
 use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
 use tollgate::plan::Role;
-use tollgate::settings::Settings;
+use tollgate::service::decision::ChargeOutcome as Outcome;
+use tollgate::service::settings::Settings;
 
 use crate::support::kit::{limiter, store, StoreKind};
 

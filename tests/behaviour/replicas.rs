@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::clock::ManualClock;
-use tollgate::metrics::Metrics;
-use tollgate::settings::Settings;
+use tollgate::base::clock::ManualClock;
+use tollgate::service::settings::Settings;
 use tollgate::store::Store;
+use tollgate::telemetry::metrics::Metrics;
 
 use crate::support::kit::{blocking, limiter, wait_ready, RedisSetup};
 use crate::support::redis::{evalsha_calls_on, RedisCluster};

@@ -11,15 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::algorithm::Mode;
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::config::{LoadOptions, UsageDomains};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::pb::tollgate::slots::v1::slots_client::SlotsClient;
 use tollgate::pb::tollgate::slots::v1::SlotRequest;
+use tollgate::service::settings::Settings;
+use tollgate::service::slots::{format_id, parse_id, RELEASE_KEY, SLOT_KEY};
 use tollgate::service::{RateLimiter, SlotsDone};
-use tollgate::settings::Settings;
-use tollgate::slots::{format_id, parse_id, RELEASE_KEY, SLOT_KEY};
 use tollgate::store::AnyStore;
 
 use crate::support::kit::{
@@ -224,7 +224,7 @@ async fn two_instances(kind: StoreKind) {
         let mut setup = RedisSetup::new(url.clone(), &ManualClock::new(0));
         setup.key_prefix = prefix.clone();
         setup.clock = tollgate::store::redis::ClockSource::Redis;
-        setup.wall = Arc::new(tollgate::clock::SystemClock);
+        setup.wall = Arc::new(tollgate::base::clock::SystemClock);
         let store = Arc::new(setup.connect());
         servers.push(start_with_store(RACE, Settings::default().into(), store).await);
     }

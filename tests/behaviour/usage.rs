@@ -4,11 +4,11 @@
 //! token pattern stops a tenant at its budget; a caller's limit override there is an
 //! overdraft limit too; outside usage domains a charge that does not fit charges nothing.
 
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::config::{LoadOptions, UsageDomains};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::RateLimitResponse;
-use tollgate::settings::Settings;
+use tollgate::service::settings::Settings;
 
 use crate::support::kit::{for_every_store, limiter_with, store, StoreKind};
 use crate::support::server::{descriptor, request, with_override, OK, OVER_LIMIT, T0_US};

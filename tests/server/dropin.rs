@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tollgate::pb::rls::rate_limit_response::rate_limit::Unit;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
-use tollgate::settings::Settings;
+use tollgate::service::settings::Settings;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::metrics::{scrape_url, value};

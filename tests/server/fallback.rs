@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use prost_types::value::Kind;
 use tokio::time::Instant;
-use tollgate::clock::SystemClock;
+use tollgate::base::clock::SystemClock;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::RateLimitResponse;
-use tollgate::settings::{FailureMode, Settings};
+use tollgate::service::settings::{FailureMode, Settings};
 use tollgate::store::redis::{ClockSource, RedisStore};
 
 use crate::support::binary::Binary;
@@ -39,7 +39,7 @@ fn marker(resp: &RateLimitResponse) -> Option<String> {
 
 /// A Redis store on `redis` with Redis's clock and a 50 ms deadline.
 fn store(redis: &RedisServer) -> Arc<RedisStore> {
-    let mut setup = RedisSetup::new(redis.url(), &tollgate::clock::ManualClock::new(0));
+    let mut setup = RedisSetup::new(redis.url(), &tollgate::base::clock::ManualClock::new(0));
     setup.clock = ClockSource::Redis;
     setup.wall = Arc::new(SystemClock);
     setup.timeout = Duration::from_millis(50);

@@ -12,16 +12,16 @@ use tokio::process::Command;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tollgate::algorithm::Mode;
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
 use tollgate::pb::rls::rate_limit_response::rate_limit::Unit;
 use tollgate::pb::rls::RateLimitResponse;
 use tollgate::plan::Plan;
-use tollgate::server::HEALTH_SERVICES;
-use tollgate::settings::{FailureMode, HeaderNames, Settings};
+use tollgate::serve::HEALTH_SERVICES;
+use tollgate::service::settings::{FailureMode, HeaderNames, Settings};
+use tollgate::service::validate::Bounds;
 use tollgate::store::error::{Cause, Connection};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::{ChargeOutcome, Store, StoreError};
-use tollgate::validate::Bounds;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 const CONFIG: &str = "\

@@ -72,7 +72,9 @@ fn the_arithmetic_imports_neither_the_plan_nor_the_decision() {
         .flat_map(|f| {
             code_lines(f)
                 .into_iter()
-                .filter(|(_, l)| l.contains("crate::plan") || l.contains("crate::decision"))
+                .filter(|(_, l)| {
+                    l.contains("crate::plan") || l.contains("crate::service::decision")
+                })
                 .map(move |(n, l)| format!("{}:{n}: {l}", f.display()))
         })
         .collect();
@@ -158,4 +160,211 @@ fn no_error_is_a_string() {
          does:\n{}",
         found.join("\n")
     );
+}
+
+/// The folders of `src/`, bottom-up, each with the folders it may import besides itself: a
+/// folder imports only folders listed before it (`pb.rs` is below all of them). `cli/` is
+/// imported by `main.rs` alone, which may import anything.
+const MAY_IMPORT: &[(&str, &[&str])] = &[
+    ("pb", &[]),
+    ("base", &[]),
+    ("telemetry", &["pb", "base"]),
+    ("limit", &["base"]),
+    ("algorithm", &["limit", "base"]),
+    ("config", &["pb", "base", "telemetry", "limit", "algorithm"]),
+    (
+        "plan",
+        &["pb", "base", "telemetry", "limit", "algorithm", "config"],
+    ),
+    (
+        "store",
+        &["base", "telemetry", "limit", "algorithm", "config", "plan"],
+    ),
+    (
+        "service",
+        &[
+            "pb",
+            "base",
+            "telemetry",
+            "limit",
+            "algorithm",
+            "config",
+            "plan",
+            "store",
+        ],
+    ),
+    (
+        "admin",
+        &[
+            "pb",
+            "base",
+            "telemetry",
+            "limit",
+            "algorithm",
+            "config",
+            "plan",
+            "store",
+            "service",
+        ],
+    ),
+    (
+        "serve",
+        &[
+            "pb",
+            "base",
+            "telemetry",
+            "config",
+            "store",
+            "service",
+            "admin",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "pb",
+            "base",
+            "telemetry",
+            "limit",
+            "config",
+            "store",
+            "service",
+            "admin",
+            "serve",
+        ],
+    ),
+];
+
+/// The folder (or, for `lib.rs`, `pb.rs`, `main.rs`, the file) a file of `src/` lives in.
+fn folder(rel: &str) -> &str {
+    match rel.split_once('/') {
+        Some((dir, _)) => dir,
+        None => rel.strip_suffix(".rs").unwrap_or(rel),
+    }
+}
+
+fn graph() -> super::imports::Graph {
+    super::imports::read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+#[test]
+fn the_table_of_folders_is_bottom_up() {
+    for (i, (name, may)) in MAY_IMPORT.iter().enumerate() {
+        for m in *may {
+            let below = MAY_IMPORT[..i].iter().any(|(n, _)| n == m);
+            assert!(below, "{name} may import {m}, which is not listed below it");
+        }
+    }
+}
+
+#[test]
+fn src_holds_only_main_lib_pb_and_folders() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stray = Vec::new();
+    for entry in std::fs::read_dir(&root).expect("read src/") {
+        let path = entry.expect("an entry").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .to_string();
+        if path.is_dir() {
+            if !MAY_IMPORT.iter().any(|(f, _)| *f == name) {
+                stray.push(format!("{name}/ (a folder missing from MAY_IMPORT)"));
+            }
+        } else if !["main.rs", "lib.rs", "pb.rs"].contains(&name.as_str()) {
+            stray.push(name);
+        }
+    }
+    assert!(
+        stray.is_empty(),
+        "src/ holds main.rs, lib.rs, pb.rs and folders; move {stray:?}"
+    );
+}
+
+#[test]
+fn imports_only_run_down() {
+    let g = graph();
+    assert!(g.modules.len() > 40, "read only {:?}", g.modules.keys());
+    assert!(g.edges.len() > 100, "found only {} imports", g.edges.len());
+    let mut up = Vec::new();
+    for e in &g.edges {
+        let (from, to) = (folder(&e.from), folder(&e.to));
+        if from == to {
+            continue;
+        }
+        let allowed = MAY_IMPORT
+            .iter()
+            .find(|(f, _)| *f == from)
+            .is_some_and(|(_, may)| may.contains(&to));
+        if !allowed {
+            up.push(format!(
+                "src/{}:{}: {} ({from} may not import {to})",
+                e.from, e.line, e.path
+            ));
+        }
+    }
+    assert!(
+        up.is_empty(),
+        "imports that run back up (move the item down, or pass it in from above):\n{}",
+        up.join("\n")
+    );
+}
+
+#[test]
+fn no_files_import_each_other_in_a_loop() {
+    let g = graph();
+    let loops = super::imports::loops(&g.edges);
+    let shown: Vec<String> = loops
+        .iter()
+        .map(|files| {
+            let ties: Vec<String> = g
+                .edges
+                .iter()
+                .filter(|e| files.contains(&e.from) && files.contains(&e.to))
+                .map(|e| format!("  src/{}:{} -> src/{}: {}", e.from, e.line, e.to, e.path))
+                .collect();
+            format!("{}:\n{}", files.join(", "), ties.join("\n"))
+        })
+        .collect();
+    assert!(
+        loops.is_empty(),
+        "files that import each other in a loop:\n{}",
+        shown.join("\n\n")
+    );
+}
+
+#[test]
+fn every_item_has_one_path() {
+    // No re-exports: an item is imported from the file that defines it, and only there.
+    let found: Vec<String> = src("")
+        .iter()
+        .flat_map(|f| {
+            let text =
+                super::imports::blank_test_items(&super::imports::blank_comments_and_strings(
+                    &std::fs::read_to_string(f).expect("a source file"),
+                ));
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| {
+                    let l = l.trim_start();
+                    l.starts_with("pub use ") || (l.starts_with("pub(") && l.contains(") use "))
+                })
+                .map(|(i, l)| format!("{}:{}: {}", f.display(), i + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "re-exports give an item a second path:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn dump_graph() {
+    let g = graph();
+    for e in &g.edges {
+        println!("EDGE {} -> {} : {} @{}", e.from, e.to, e.path, e.line);
+    }
 }

@@ -10,6 +10,7 @@ mod envoy_gateway_configs;
 mod envoyproxy_stats;
 mod fallback;
 mod grpc;
+mod imports;
 mod layout;
 mod metrics;
 mod operator;

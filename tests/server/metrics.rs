@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use prometheus_parse::{Scrape, Value};
-use tollgate::settings::Settings;
+use tollgate::service::settings::Settings;
 
 use crate::support::server::*;
 

@@ -325,7 +325,7 @@ async fn hostile_values_are_selected_whole_and_come_back_escaped() {
     let form = |value: &str| {
         format!(
             "{url}?domain=ops&key=tenant&value={}",
-            tollgate::counters::encode(value)
+            tollgate::admin::counters::encode(value)
         )
     };
     let resp = http.get(form(HOSTILE)).send().await.unwrap();

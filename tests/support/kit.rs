@@ -14,10 +14,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use tollgate::clock::{Clock, ManualClock};
+use tollgate::base::clock::{Clock, ManualClock};
 use tollgate::config::{compile_sources, LoadOptions};
+use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::placement::Layout;
 use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
@@ -92,7 +92,7 @@ pub struct RedisSetup {
     pub ca_file: Option<std::path::PathBuf>,
     pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// Where the store counts (round trips, leases).
-    pub metrics: Arc<tollgate::metrics::Metrics>,
+    pub metrics: Arc<tollgate::telemetry::metrics::Metrics>,
     /// `--read-replicas`.
     pub read_replicas: bool,
 }

@@ -16,19 +16,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
-use tollgate::clock::ManualClock;
+use tollgate::base::clock::ManualClock;
+use tollgate::base::shutdown::Shutdown;
 use tollgate::config::LoadOptions;
 use tollgate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use tollgate::server::{self, ConfigSource, Running, ServerOptions};
-use tollgate::settings::Settings;
-use tollgate::shutdown::Shutdown;
+use tollgate::serve::transport::Transport;
+use tollgate::serve::{self, ConfigSource, Running, ServerOptions};
+use tollgate::service::settings::Settings;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::{AnyStore, Store};
-use tollgate::transport::Transport;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -183,7 +183,7 @@ pub async fn start_with_store<S: Store>(
 ) -> TestServer {
     let server = start_unready(yaml, opts, store).await;
     let mut health = server.health().await;
-    for name in server::HEALTH_SERVICES {
+    for name in serve::HEALTH_SERVICES {
         wait_health(&mut health, name, ServingStatus::Serving).await;
     }
     server
@@ -204,7 +204,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
             .is_some()
             .then(|| SocketAddr::from(([127, 0, 0, 1], 0))),
         admin_token: opts.admin_token.as_deref().map(|t| {
-            Arc::new(tollgate::admin_token::AdminToken::new(t.as_bytes()).expect("a token"))
+            Arc::new(tollgate::admin::token::AdminToken::new(t.as_bytes()).expect("a token"))
         }),
         metrics_path: "/metrics".into(),
         transport: Transport::default(),
@@ -224,7 +224,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
     };
     let running = bounded(
         "server::start",
-        server::start(server_opts, AnyStore::new(store), Shutdown::new()),
+        serve::start(server_opts, AnyStore::new(store), Shutdown::new()),
     )
     .await
     .expect("server starts");

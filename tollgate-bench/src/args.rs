@@ -1,7 +1,7 @@
 //! The command line of `tollgate-bench`: its flags and the parsers of their values.
 //!
 //! [`BenchArgs`] is flattened into the binary's parser (`main.rs`) and handed whole to
-//! [`crate::run`]. Durations use [`tollgate::duration`], the project's one duration syntax.
+//! [`crate::run`]. Durations use [`tollgate::base::duration`], the project's one duration syntax.
 
 use std::time::Duration;
 
@@ -91,13 +91,13 @@ pub struct BenchArgs {
 }
 
 /// `--duration`, `--timeout`: a positive duration like `500ms`, `10s`, `1m`.
-pub fn duration_arg(s: &str) -> Result<Duration, tollgate::duration::DurationError> {
-    tollgate::duration::parse_positive(s)
+pub fn duration_arg(s: &str) -> Result<Duration, tollgate::base::duration::DurationError> {
+    tollgate::base::duration::parse_positive(s)
 }
 
 /// `--warmup`: like [`duration_arg`], but `0s` turns it off.
-pub fn duration_or_zero_arg(s: &str) -> Result<Duration, tollgate::duration::DurationError> {
-    tollgate::duration::parse(s)
+pub fn duration_or_zero_arg(s: &str) -> Result<Duration, tollgate::base::duration::DurationError> {
+    tollgate::base::duration::parse(s)
 }
 
 /// `--rate`: requests per second, positive.

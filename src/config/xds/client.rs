@@ -15,12 +15,12 @@ use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use super::super::reload::{ReloadError, ReloadStatus};
 use super::super::{Config, LoadOptions};
 use super::{compile_resources, XdsOptions, XdsState, TYPE_URL};
-use crate::metrics::Metrics;
+use crate::base::shutdown::Shutdown;
 use crate::pb::ads::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use crate::pb::ads::{DiscoveryRequest, DiscoveryResponse};
 use crate::pb::core::Node;
 use crate::pb::google::rpc::Status;
-use crate::shutdown::Shutdown;
+use crate::telemetry::metrics::Metrics;
 
 /// Why the xDS source cannot start, or why a stream was lost.
 #[derive(Debug, thiserror::Error)]

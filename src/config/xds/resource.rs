@@ -51,7 +51,7 @@ pub fn compile_resources(
         let label = label(&resource);
         let mut domain = compile_raw(&label, raw_file(resource), &opts.usage_domains)?;
         if let Some(stats) = &opts.stats {
-            crate::stats::key::bind(&mut domain, stats);
+            crate::telemetry::stats::name::bind(&mut domain, stats);
         }
         add_domain(&mut config, domain, &label, opts)?;
     }

@@ -1,7 +1,7 @@
 //! The store's fred clients: how they are configured from the options (URL, TLS, timeouts,
 //! reconnection), the main client, and one client per serving thread.
 //!
-//! Every serving thread (see [`crate::serving`]) gets a client of its own, whose connections'
+//! Every serving thread (see [`crate::serve::threads`]) gets a client of its own, whose connections'
 //! I/O runs on that thread: a call's script goes out, and its reply comes back, without
 //! waking another thread. Upkeep ([`super::health`]) probes and re-syncs every client, so
 //! readiness covers them all.

@@ -24,14 +24,14 @@ use super::local_cache::Lookup;
 use super::script::{self, args, parse_reply, CallHead};
 use super::{lease, Inner, LATE_REPLY};
 use crate::algorithm::Mode;
-use crate::decision::Verdict;
-use crate::metrics::StoreOp;
 use crate::plan::Plan;
+use crate::service::decision::Verdict;
 use crate::store::error::Cause;
 use crate::store::placement::{place, Group, Layout, Placed, PlacedCharge};
 use crate::store::protocol::{Next, Protocol, Refund};
 use crate::store::{ChargeOutcome, StoreError};
-use crate::telemetry;
+use crate::telemetry::logging;
+use crate::telemetry::metrics::StoreOp;
 
 /// One request's decision in Redis: what every script call of it shares.
 pub(super) struct RedisDecision<'a> {
@@ -124,7 +124,7 @@ impl Inner {
         // the request was cancelled), the rest runs on as a task of its own.
         let mut decision = Detach {
             decision: Some(Box::pin(decision)),
-            trace: telemetry::enabled().then(opentelemetry::Context::current),
+            trace: logging::enabled().then(opentelemetry::Context::current),
         };
         let running = decision.decision.as_mut().expect("not detached yet");
         let result = match tokio::time::timeout_at(deadline, running).await {
@@ -175,7 +175,7 @@ impl Inner {
         refunds: &[Refund],
     ) -> Result<script::Reply, StoreError> {
         let quota = call.placed.quota_descriptors;
-        let span = telemetry::child(
+        let span = logging::child(
             "redis EVALSHA",
             vec![
                 KeyValue::new("db.system", "redis"),
@@ -206,7 +206,7 @@ impl Inner {
             .metrics
             .store_duration(op, started.elapsed().as_secs_f64());
         let parsed = reply.and_then(|r| parse_reply(g, &r));
-        telemetry::end(span, || match &parsed {
+        logging::end(span, || match &parsed {
             Ok(r) => {
                 let denied = r.answer.iter().filter(|(o, _)| !o.allowed).count();
                 let landed = r.answer.iter().filter(|(_, l)| l.added > 0).count();

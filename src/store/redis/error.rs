@@ -5,7 +5,7 @@
 
 use fred::prelude::{Error, ErrorKind, Server};
 
-use crate::pem::PemError;
+use crate::base::pem::PemError;
 use crate::store::error::{Cause, Connection};
 use crate::store::StoreError;
 

@@ -19,10 +19,10 @@ use parking_lot::Mutex;
 use super::client::Clients;
 use super::error::classify;
 use super::script::Script;
-use crate::log_throttle;
-use crate::metrics::{Metrics, StoreOp};
+use crate::base::log_throttle;
 use crate::store::error::Cause;
 use crate::store::StoreError;
+use crate::telemetry::metrics::{Metrics, StoreOp};
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;

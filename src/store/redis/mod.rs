@@ -17,8 +17,8 @@
 //! ([`local_cache`]); URLs ([`url`]) and TLS ([`tls`]).
 
 mod admin;
-mod batch;
 mod client;
+mod coalesce;
 mod decide;
 mod error;
 mod health;
@@ -46,9 +46,9 @@ use self::script::Script;
 pub use self::url::UrlError;
 use super::{ChargeOutcome, CounterReading, Store, StoreError};
 use crate::algorithm::Mode;
-use crate::clock::Clock;
-use crate::metrics::Metrics;
+use crate::base::clock::Clock;
 use crate::plan::Plan;
+use crate::telemetry::metrics::Metrics;
 
 /// The format of keys and stored state; part of every key, so a tollgate that changes the
 /// format never reads another format's state (during a rolling upgrade both count apart).

@@ -9,8 +9,8 @@ use super::decide::{Decided, RedisDecision};
 use super::script::{self, args, parse_reply, unpack, CallHead};
 use super::Inner;
 use crate::algorithm::Mode;
-use crate::metrics::StoreOp;
 use crate::store::protocol::Protocol;
+use crate::telemetry::metrics::StoreOp;
 
 impl Inner {
     /// Answers a request that charges nothing from replicas: every group a dry run. `None`

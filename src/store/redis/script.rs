@@ -21,10 +21,10 @@ use crate::algorithm::fixed_window::Window;
 use crate::algorithm::sliding_window::Log;
 use crate::algorithm::token_bucket::Tat;
 use crate::algorithm::{Landing, Mode, State};
-use crate::clock::{Clock, SystemClock};
-use crate::decision::ChargeOutcome;
+use crate::base::clock::{Clock, SystemClock};
 use crate::limit::{Algorithm, LimitParams};
 use crate::plan::Role;
+use crate::service::decision::ChargeOutcome;
 use crate::store::error::Cause;
 use crate::store::placement::{Group, PlacedCharge};
 use crate::store::protocol::{GroupAnswer, Refund};
@@ -221,7 +221,7 @@ pub struct CallHead {
 /// KEYS and the one argument of a group's call: every number packed (see the script), the
 /// call's head first. `refunds` (refund mode) is per charge of the group. A calendar window
 /// sends, in place of its window and burst, the two period ends around this instance's clock
-/// ([`crate::calendar::Calendar::choices`]); the script picks by its own.
+/// ([`crate::limit::calendar::Calendar::choices`]); the script picks by its own.
 pub fn args(
     g: &Group,
     specs: &[PlacedCharge<'_>],

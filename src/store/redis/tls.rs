@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rustls::{ClientConfig, RootCertStore};
 
 use super::error::ConnectError;
-use crate::pem::{certs, private_key};
+use crate::base::pem::{certs, private_key};
 
 /// A rustls client config trusting `ca` (else the system's roots), presenting `client`
 /// (certificate, key) when given.

@@ -40,7 +40,7 @@ pub fn new_id() -> SlotId {
         let mut seed = [0u8; 16];
         // The clock stands in if the system has no randomness to give.
         if getrandom::fill(&mut seed).is_err() {
-            let now = crate::clock::Clock::now_us(&crate::clock::SystemClock);
+            let now = crate::base::clock::Clock::now_us(&crate::base::clock::SystemClock);
             seed[..8].copy_from_slice(&now.to_le_bytes());
             seed[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
         }
@@ -62,7 +62,7 @@ pub fn parse_id(text: &str) -> Result<SlotId, CallError> {
     let bad = || {
         CallError::InvalidArgument(format!(
             "invalid slot id '{}': expected the {ID_DIGITS} hex digits an acquire returned",
-            crate::log_throttle::printable(text)
+            crate::base::log_throttle::printable(text)
         ))
     };
     if text.len() != ID_DIGITS || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -133,7 +133,7 @@ impl<S> SlotsService<S> {
 }
 
 fn now_ms() -> u64 {
-    crate::clock::Clock::now_us(&crate::clock::SystemClock) / 1000
+    crate::base::clock::Clock::now_us(&crate::base::clock::SystemClock) / 1000
 }
 
 #[tonic::async_trait]

@@ -220,7 +220,7 @@ pub struct Metrics {
     pub replica_reads: Counter,
     domains: RwLock<HashMap<String, Arc<DomainMetrics>>>,
     /// envoyproxy/ratelimit's statistics, served beside these (`--disable-stats`: `None`).
-    pub statistics: Option<Arc<crate::stats::Statistics>>,
+    pub statistics: Option<Arc<crate::telemetry::stats::Statistics>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -432,7 +432,10 @@ impl Metrics {
     }
 
     /// These metrics and envoyproxy/ratelimit's `statistics`.
-    pub fn with_statistics(mut self, statistics: Arc<crate::stats::Statistics>) -> Metrics {
+    pub fn with_statistics(
+        mut self,
+        statistics: Arc<crate::telemetry::stats::Statistics>,
+    ) -> Metrics {
         self.statistics = Some(statistics);
         self
     }
@@ -526,8 +529,8 @@ impl Metrics {
     pub fn config_reload(&self, success: bool) {
         if let Some(s) = &self.statistics {
             s.service(match success {
-                true => crate::stats::registry::ServiceEvent::ConfigLoadSuccess,
-                false => crate::stats::registry::ServiceEvent::ConfigLoadError,
+                true => crate::telemetry::stats::registry::ServiceEvent::ConfigLoadSuccess,
+                false => crate::telemetry::stats::registry::ServiceEvent::ConfigLoadError,
             });
         }
         let result = if success { "success" } else { "failure" };
@@ -569,8 +572,8 @@ impl Metrics {
             );
         };
         let mut out = String::with_capacity(om.len() + 4096);
-        crate::stats::exposition::openmetrics_to_text(&om, &mut out);
-        crate::stats::exposition::render(stats, &mut out);
+        crate::telemetry::stats::exposition::openmetrics_to_text(&om, &mut out);
+        crate::telemetry::stats::exposition::render(stats, &mut out);
         ("text/plain; version=0.0.4; charset=utf-8", out)
     }
 }

@@ -4,6 +4,8 @@
 //! `LimitParams` is the part the algorithms need; it is `Copy` so stores can
 //! carry it without touching the rest (names, replaces) on the hot path.
 
+pub mod calendar;
+
 use std::fmt;
 
 /// The unit a limit is expressed in, as the response reports it.
@@ -51,7 +53,7 @@ impl Unit {
     }
 
     /// Parses a config name (`minute`, any case) or a response enum name (`MINUTE`); a quarter
-    /// is only a calendar's (see [`crate::calendar::Period`]), in flight a concurrency limit's.
+    /// is only a calendar's (see [`crate::limit::calendar::Period`]), in flight a concurrency limit's.
     pub fn parse(s: &str) -> Option<Unit> {
         UNITS
             .iter()
@@ -163,7 +165,7 @@ pub struct LimitParams {
     pub overdraft: bool,
     /// A fixed window that is a calendar period in a time zone (`calendar:`), not an
     /// epoch-aligned one.
-    pub calendar: Option<crate::calendar::Calendar>,
+    pub calendar: Option<crate::limit::calendar::Calendar>,
 }
 
 /// Debt beyond a full limit is capped at this many times its capacity: usage (an overdraft's
@@ -207,7 +209,7 @@ pub struct Limit {
     pub metric_label: String,
     /// Its rule's envoyproxy/ratelimit statistics (bound when the config is compiled with
     /// statistics on; `None` for an override or without them).
-    pub stats: Option<std::sync::Arc<crate::stats::key::LimitStats>>,
+    pub stats: Option<std::sync::Arc<crate::telemetry::stats::name::LimitStats>>,
 }
 
 impl Limit {
@@ -245,7 +247,7 @@ impl Limit {
                 calendar: None,
             },
         );
-        limit.metric_label = crate::metrics::OVERRIDE_LIMIT.to_string();
+        limit.metric_label = crate::telemetry::metrics::OVERRIDE_LIMIT.to_string();
         limit
     }
 }

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 
 use prost_types::value::Kind;
 
-use crate::decision::{Code, Decision, Status};
 use crate::pb::core::HeaderValue;
 use crate::pb::rls::rate_limit_response::{self as resp, DescriptorStatus};
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::Plan;
-use crate::settings::{FailureMode, Settings};
+use crate::service::decision::{Code, Decision, Status};
+use crate::service::settings::{FailureMode, Settings};
 
 /// The dynamic metadata field naming the failure policy that answered for a failed store.
 pub const STORE_FAILURE_KEY: &str = "tollgate.store_failure";
@@ -53,11 +53,11 @@ pub fn response(
             .get_or_insert_with(Default::default)
             .fields;
         fields.insert(
-            crate::slots::SLOT_KEY.to_string(),
-            string(&crate::slots::format_id(plan.slot)),
+            crate::service::slots::SLOT_KEY.to_string(),
+            string(&crate::service::slots::format_id(plan.slot)),
         );
         fields.insert(
-            crate::slots::SLOT_LEASE_KEY.to_string(),
+            crate::service::slots::SLOT_LEASE_KEY.to_string(),
             number((lease / 1000) as f64),
         );
     }
@@ -111,7 +111,7 @@ fn proto_status(s: &Status<'_>) -> DescriptorStatus {
 
 /// `RateLimit-*` describe the status that matters most: an over-limit one (the longest wait)
 /// or else the one with least remaining. `Retry-After` is the longest wait among over ones.
-fn headers(names: &crate::settings::HeaderNames, d: &Decision<'_>) -> Vec<HeaderValue> {
+fn headers(names: &crate::service::settings::HeaderNames, d: &Decision<'_>) -> Vec<HeaderValue> {
     let limited = || d.statuses.iter().filter(|s| s.limit.is_some());
     let over = || limited().filter(|s| s.code == Code::OverLimit);
     let pick = over()

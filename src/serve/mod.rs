@@ -6,6 +6,10 @@
 //! On shutdown readiness drops first, then after `drain_delay` the listeners stop accepting
 //! and in-flight calls finish.
 
+pub mod grpc;
+pub mod threads;
+pub mod transport;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,18 +25,17 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::admin::{self, AdminState};
-use crate::clock::SystemClock;
+use crate::base::clock::SystemClock;
+use crate::base::shutdown::Shutdown;
 use crate::config::xds::{XdsOptions, XdsSource, XdsState};
 use crate::config::{compile_sources, read_sources, Config, LoadOptions, ReloadStatus, Reloader};
-use crate::grpc::Calls;
-use crate::metrics::Metrics;
+use crate::serve::grpc::Calls;
+use crate::serve::transport::{Connections, Transport};
+use crate::service::settings::{FailureMode, Settings};
 use crate::service::RateLimiter;
-use crate::serving;
-use crate::settings::{FailureMode, Settings};
-use crate::shutdown::Shutdown;
 use crate::store::memory::MemoryStore;
 use crate::store::{AnyStore, Store};
-use crate::transport::{self, Connections, Transport};
+use crate::telemetry::metrics::Metrics;
 
 /// Names under which gRPC health reports the service.
 pub const HEALTH_SERVICES: [&str; 3] = [
@@ -56,7 +59,7 @@ pub struct ServerOptions {
     pub admin_write_addr: Option<SocketAddr>,
     /// `--admin-token-file`: required on the write listener, and then for `/counters`, `/top`
     /// and the status page too.
-    pub admin_token: Option<Arc<crate::admin_token::AdminToken>>,
+    pub admin_token: Option<Arc<crate::admin::token::AdminToken>>,
     /// `/metrics` also under this path.
     pub metrics_path: String,
     pub transport: Transport,
@@ -275,10 +278,10 @@ async fn start_serving(
     let serve = {
         let (shutdown, drain, store) = (shutdown.clone(), drain.clone(), store.clone());
         let limiter = limiter.clone();
-        move |accepted: serving::Accepted| {
+        move |accepted: threads::Accepted| {
             let routes = tonic::service::Routes::new(health_service.clone()).add_service(
                 crate::pb::tollgate::slots::v1::slots_server::SlotsServer::new(
-                    crate::slots::SlotsService::new(limiter.clone()),
+                    crate::service::slots::SlotsService::new(limiter.clone()),
                 ),
             );
             let calls = Calls::new(limiter.clone(), routes);
@@ -296,8 +299,8 @@ async fn start_serving(
             async move { store.serve_thread(serve).await }
         }
     };
-    let threads = serving::thread_count(opts.serving_threads);
-    let grpc = serving::start_threads(grpc_listener, threads, serve, drain())?;
+    let threads = threads::thread_count(opts.serving_threads);
+    let grpc = threads::start_threads(grpc_listener, threads, serve, drain())?;
     let admin_state = Arc::new(AdminState {
         limiter,
         config,

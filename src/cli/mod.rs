@@ -1,16 +1,20 @@
 //! The command line: `serve`, `check-config` and `query`. Every flag can also be set
 //! with a `TOLLGATE_*` environment variable.
 
+pub mod compat;
+pub mod counters;
+pub mod query;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::base::duration;
 use crate::config::{xds, FileSelection, UsageDomains};
-use crate::duration;
-use crate::settings::FailureMode;
-use crate::telemetry::{LogFormat, OtlpProtocol, TraceExport, TraceOptions};
+use crate::service::settings::FailureMode;
+use crate::telemetry::logging::{LogFormat, OtlpProtocol, TraceExport, TraceOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,11 +48,11 @@ pub enum Command {
     /// Ask a running service one ShouldRateLimit question and print the answer.
     Query(QueryArgs),
     /// Show every counter a descriptor reaches, without charging (GET /counters).
-    Counters(crate::admin_client::CountersArgs),
+    Counters(crate::cli::counters::CountersArgs),
     /// Reset a descriptor's counters on purpose (POST /counters/reset on the write listener).
-    Reset(crate::admin_client::ResetArgs),
+    Reset(crate::cli::counters::ResetArgs),
     /// Who is being limited right now, from one instance or several (GET /top).
-    Top(crate::top_page::TopArgs),
+    Top(crate::admin::top_page::TopArgs),
 }
 
 #[derive(Debug, Args)]
@@ -98,9 +102,9 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = near_limit_ratio)]
     pub near_limit_ratio: f32,
     #[command(flatten)]
-    pub statsd: crate::stats::statsd::StatsdArgs,
+    pub statsd: crate::telemetry::stats::statsd::StatsdArgs,
     #[command(flatten)]
-    pub admin: crate::admin_client::AdminArgs,
+    pub admin: crate::cli::counters::AdminArgs,
     /// gRPC server TLS: certificate chain (PEM). Needs --grpc-tls-key.
     #[arg(long, env = "TOLLGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
     pub grpc_tls_cert: Option<PathBuf>,
@@ -184,8 +188,8 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "TOLLGATE_MAX_HITS",
-        default_value_t = crate::validate::DEFAULT_MAX_HITS,
-        value_parser = clap::value_parser!(u64).range(1..=crate::validate::MAX_MAX_HITS)
+        default_value_t = crate::service::validate::DEFAULT_MAX_HITS,
+        value_parser = clap::value_parser!(u64).range(1..=crate::service::validate::MAX_MAX_HITS)
     )]
     pub max_hits: u64,
     /// What to answer when the store fails: error (gRPC UNAVAILABLE), allow, deny, or local

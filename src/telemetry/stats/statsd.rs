@@ -24,9 +24,9 @@ use cadence::{BufferedUdpMetricSink, StatsdClient};
 use clap::Args;
 
 use super::Statistics;
+use crate::base::duration;
+use crate::base::shutdown::Shutdown;
 use crate::config::xds;
-use crate::duration;
-use crate::shutdown::Shutdown;
 
 /// gostats' UDP buffer: no datagram is fragmented.
 const DATAGRAM: usize = 1432;
@@ -237,7 +237,7 @@ fn connect(to: SocketAddr) -> io::Result<StatsdClient> {
 }
 
 fn failed(addr: &str, error: &str) {
-    if let Some(held) = crate::log_throttle::due("statsd") {
+    if let Some(held) = crate::base::log_throttle::due("statsd") {
         tracing::warn!(statsd = %addr, error, suppressed = held, "statsd: statistics not sent");
     }
 }

@@ -1,6 +1,6 @@
 use super::*;
 
-const EG: &str = include_str!("../../../tests/fixtures/envoy-gateway/statsd_conf.yaml");
+const EG: &str = include_str!("../../../../tests/fixtures/envoy-gateway/statsd_conf.yaml");
 
 fn eg() -> Mapper {
     Mapper::parse(EG, "statsd_conf.yaml").expect("Envoy Gateway's mapping parses")

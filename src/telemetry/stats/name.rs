@@ -281,7 +281,7 @@ descriptors:
             let e = entries(&[("route", "r1"), ("user", &i.to_string())]);
             detailed.with(&e, &stats, |s| {
                 s.observe(
-                    crate::stats::registry::Observation {
+                    crate::telemetry::stats::registry::Observation {
                         hits: 1,
                         limit: 5,
                         before: 0,

@@ -2,13 +2,19 @@
 //!
 //! [`validate`] the request → [`plan`] it against the current config → let the [`Store`]
 //! decide its charges atomically → [`assemble`] the decision → map it to Envoy's response
-//! ([`respond`]). No algorithm logic here. The gRPC listener ([`crate::grpc`]) and the HTTP
+//! ([`respond`]). No algorithm logic here. The gRPC listener ([`crate::serve::grpc`]) and the HTTP
 //! `/json` endpoint both call [`RateLimiter::should_rate_limit`].
 //!
-//! [`validate`]: crate::validate::validate
+//! [`validate`]: crate::service::validate::validate
 //! [`plan`]: crate::plan::plan
-//! [`assemble`]: crate::decision::assemble
-//! [`respond`]: crate::respond
+//! [`assemble`]: crate::service::decision::assemble
+//! [`respond`]: crate::service::respond
+
+pub mod decision;
+pub mod respond;
+pub mod settings;
+pub mod slots;
+pub mod validate;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -20,22 +26,23 @@ use tokio::sync::Semaphore;
 
 use crate::algorithm::concurrency::SlotId;
 use crate::algorithm::Mode;
+use crate::base::log_throttle;
 use crate::config::{Config, DomainPolicy};
-use crate::decision::{self, assemble, Code, Decision};
 use crate::limit::Algorithm;
-use crate::log_throttle;
-use crate::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::{plan, Plan, PlannedCharge, Role};
-use crate::respond::response;
-use crate::settings::{FailureMode, Settings};
-use crate::stats::registry::{Observation, ServiceEvent};
-use crate::stats::{key, Statistics};
+use crate::service::decision::{assemble, Code, Decision};
+use crate::service::respond::response;
+use crate::service::settings::{FailureMode, Settings};
+use crate::service::validate::{validate, Bounds};
 use crate::store::error::Cause;
 use crate::store::memory::MemoryStore;
 use crate::store::{ChargeOutcome, Store, StoreError};
-use crate::telemetry;
-use crate::validate::{validate, Bounds};
+use crate::telemetry::logging;
+use crate::telemetry::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
+use crate::telemetry::stats::name;
+use crate::telemetry::stats::registry::{Observation, ServiceEvent};
+use crate::telemetry::stats::Statistics;
 
 /// Distinct unknown domain names logged per minute at most.
 const UNKNOWN_NAMES_PER_MINUTE: usize = 10;
@@ -74,9 +81,9 @@ pub struct RateLimiter<S> {
     /// Permits for decisions in flight (`--max-in-flight`).
     in_flight: Semaphore,
     /// How long the store took to decide, over the last minute (the status page).
-    store_latency: crate::latency::LatencyWindow,
+    store_latency: crate::telemetry::latency::LatencyWindow,
     /// The descriptors most often answered OVER_LIMIT, per domain (`GET /top`).
-    top: crate::top::Top,
+    top: crate::telemetry::top::Top,
 }
 
 /// What a release or a renew did: on how many concurrency limits the id held slots, and the
@@ -186,7 +193,9 @@ impl<S: Store> RateLimiter<S> {
             CallError::InvalidArgument(m)
         };
         validate(req, &self.settings.bounds).map_err(|e| invalid(e.to_string()))?;
-        if let Some((id, at)) = crate::slots::release_of(req).map_err(|e| invalid(e.to_string()))? {
+        if let Some((id, at)) =
+            crate::service::slots::release_of(req).map_err(|e| invalid(e.to_string()))?
+        {
             return self
                 .decide_with_release(req, config, policy, domain, id, &at)
                 .await;
@@ -194,7 +203,7 @@ impl<S: Store> RateLimiter<S> {
         self.decide_valid(req, config, policy, domain).await
     }
 
-    /// A request holding release descriptors (see [`crate::slots`]): the release, then the
+    /// A request holding release descriptors (see [`crate::service::slots`]): the release, then the
     /// rest of it decided as usual; a release descriptor is answered OK, with no limit.
     async fn decide_with_release(
         &self,
@@ -205,7 +214,7 @@ impl<S: Store> RateLimiter<S> {
         id: SlotId,
         at: &[usize],
     ) -> Result<RateLimitResponse, CallError> {
-        let (released, rest) = crate::slots::split_release(req, at);
+        let (released, rest) = crate::service::slots::split_release(req, at);
         let release = RateLimitRequest {
             domain: req.domain.clone(),
             descriptors: released,
@@ -314,7 +323,7 @@ impl<S: Store> RateLimiter<S> {
             .iter()
             .any(|c| c.limit.params.algorithm == Algorithm::Concurrency)
         {
-            plan.slot = crate::slots::new_id();
+            plan.slot = crate::service::slots::new_id();
         }
         let mode = Mode::charging(self.settings.count_rejected);
         let outcomes = if plan.charges.is_empty() {
@@ -336,7 +345,7 @@ impl<S: Store> RateLimiter<S> {
         };
         let decision = assemble(&plan, &outcomes, self.settings.global_shadow);
         self.observe(req, &plan, &outcomes, &decision, domain);
-        telemetry::annotate(|| {
+        logging::annotate(|| {
             vec![
                 // Spans name a domain as metrics do: configured, or `__unknown__`.
                 KeyValue::new(
@@ -379,7 +388,7 @@ impl<S: Store> RateLimiter<S> {
         if let Some(stats) = self.statistics() {
             stats.service(ServiceEvent::StoreError);
         }
-        telemetry::annotate(|| {
+        logging::annotate(|| {
             vec![
                 KeyValue::new("error.type", cause),
                 KeyValue::new("tollgate.store_failure", error.to_string()),
@@ -497,8 +506,8 @@ impl<S: Store> RateLimiter<S> {
     ) -> Self {
         RateLimiter {
             in_flight: Semaphore::new(settings.max_in_flight.max(1)),
-            store_latency: crate::latency::LatencyWindow::default(),
-            top: crate::top::Top::default(),
+            store_latency: crate::telemetry::latency::LatencyWindow::default(),
+            top: crate::telemetry::top::Top::default(),
             config,
             store,
             settings,
@@ -516,12 +525,12 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// Who is being limited right now.
-    pub fn top(&self) -> &crate::top::Top {
+    pub fn top(&self) -> &crate::telemetry::top::Top {
         &self.top
     }
 
     /// The store's decision latency over the last minute.
-    pub fn store_latency(&self) -> &crate::latency::LatencyWindow {
+    pub fn store_latency(&self) -> &crate::telemetry::latency::LatencyWindow {
         &self.store_latency
     }
 
@@ -568,7 +577,7 @@ fn count_statistics(
         match &c.limit.stats {
             Some(binding) => binding.with(entries, stats, |s| s.observe(observation, ratio)),
             None => {
-                if let Some(s) = stats.dynamic(&key::override_name(&req.domain, entries)) {
+                if let Some(s) = stats.dynamic(&name::override_name(&req.domain, entries)) {
                     s.observe(observation, ratio);
                 }
             }

@@ -25,8 +25,8 @@ use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
 use crate::plan::{plan, Plan};
+use crate::service::validate::{validate, Bounds};
 use crate::store::{Store, StoreError};
-use crate::validate::{validate, Bounds};
 
 /// Which counters an operator asks about.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,8 +49,8 @@ impl Selector {
             let _ = write!(
                 out,
                 "{}={}",
-                crate::log_throttle::printable(k),
-                crate::log_throttle::printable(v)
+                crate::base::log_throttle::printable(k),
+                crate::base::log_throttle::printable(v)
             );
         }
         out
@@ -230,7 +230,7 @@ fn plan_of<'c>(
     if !config.domains.contains_key(&sel.domain) {
         return Err(CounterError::NotFound(format!(
             "domain '{}' is not configured",
-            crate::log_throttle::printable(&sel.domain)
+            crate::base::log_throttle::printable(&sel.domain)
         )));
     }
     let req = RateLimitRequest {
@@ -341,7 +341,7 @@ pub async fn reset<S: Store>(
         return Err(CounterError::NotFound(match &sel.limit {
             Some(name) => format!(
                 "no limit named '{}' applies to that descriptor (its limits: {})",
-                crate::log_throttle::printable(name),
+                crate::base::log_throttle::printable(name),
                 if names.is_empty() {
                     "none".to_string()
                 } else {
@@ -390,7 +390,7 @@ pub fn table(views: &[CounterView]) -> String {
     let rows: Vec<[String; 10]> = views
         .iter()
         .map(|v| {
-            let mut name = crate::log_throttle::printable(&v.name);
+            let mut name = crate::base::log_throttle::printable(&v.name);
             if v.shared {
                 name.push_str(" (shared)");
             }
@@ -407,7 +407,7 @@ pub fn table(views: &[CounterView]) -> String {
                 format!("{}s", v.reset_after_s),
                 v.overdraft_debt.to_string(),
                 v.lease.to_string(),
-                crate::log_throttle::printable(&v.key),
+                crate::base::log_throttle::printable(&v.key),
             ]
         })
         .collect();

@@ -2,6 +2,12 @@
 //! `/json` decision endpoint and `/rlconfig`; the operator's `/counters` (and, on the write
 //! listener only, `POST /counters/reset`).
 
+pub mod counters;
+pub mod json;
+pub mod status_page;
+pub mod token;
+pub mod top_page;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -14,11 +20,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::admin_token::AdminToken;
+use crate::admin::counters::{CounterError, Selector};
+use crate::admin::json::{parse_request, render_response};
+use crate::admin::token::AdminToken;
 use crate::config::xds::XdsState;
 use crate::config::{Config, ReloadStatus};
-use crate::counters::{self, CounterError, Selector};
-use crate::json::{parse_request, render_response};
 use crate::pb::rls::rate_limit_response::Code;
 use crate::service::{CallError, RateLimiter};
 use crate::store::Store;
@@ -63,7 +69,7 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool, ui: bool) -> Rout
         .route("/healthz", get(|| async { "OK" }))
         .route("/rlconfig", get(rlconfig::<S>))
         .route("/counters", get(counters_endpoint::<S>))
-        .route("/top", get(crate::top_page::endpoint::<S>))
+        .route("/top", get(crate::admin::top_page::endpoint::<S>))
         .route("/metrics", get(metrics::<S>));
     let router = match state.metrics_path.as_str() {
         "/metrics" | "" => router,
@@ -141,10 +147,10 @@ async fn status_page<S: Store>(
     if let Some(r) = refused(&st, &headers) {
         return r;
     }
-    let input = crate::status_page::PageInput {
+    let input = crate::admin::status_page::PageInput {
         lookup: query.as_deref().filter(|q| q.contains("domain=")),
     };
-    let page = crate::status_page::render(&st, input).await;
+    let page = crate::admin::status_page::render(&st, input).await;
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -217,10 +223,10 @@ async fn reset_endpoint<S: Store>(
             for v in &views {
                 tracing::warn!(
                     %peer,
-                    domain = %crate::log_throttle::printable(&sel.domain),
+                    domain = %crate::base::log_throttle::printable(&sel.domain),
                     descriptor = %descriptor,
-                    limit = %crate::log_throttle::printable(&v.name),
-                    key = %crate::log_throttle::printable(&v.key),
+                    limit = %crate::base::log_throttle::printable(&v.name),
+                    key = %crate::base::log_throttle::printable(&v.key),
                     used_before = v.used_before,
                     "counter reset by an operator"
                 );

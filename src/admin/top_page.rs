@@ -13,11 +13,11 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use clap::Args;
 
+use crate::admin::status_page::esc;
 use crate::admin::AdminState;
 use crate::config::Config;
-use crate::status_page::esc;
 use crate::store::Store;
-use crate::top::{Heavy, TopReport, K};
+use crate::telemetry::top::{Heavy, TopReport, K};
 
 /// Descriptors shown unless `n` says otherwise.
 pub const DEFAULT_N: usize = 20;
@@ -67,7 +67,7 @@ pub async fn endpoint<S: Store>(
             StatusCode::NOT_FOUND,
             format!(
                 "domain '{}' is not configured\n",
-                crate::log_throttle::printable(&domain)
+                crate::base::log_throttle::printable(&domain)
             ),
         )
             .into_response();
@@ -207,7 +207,7 @@ pub struct TopArgs {
     #[arg(long)]
     pub once: bool,
     /// Time between refreshes.
-    #[arg(long, default_value = "2s", value_parser = crate::duration::parse_positive)]
+    #[arg(long, default_value = "2s", value_parser = crate::base::duration::parse_positive)]
     pub interval: Duration,
     /// The admin bearer token's file (the server's --admin-token-file).
     #[arg(long, env = "TOLLGATE_ADMIN_TOKEN_FILE")]
@@ -236,8 +236,8 @@ async fn fleet(args: &TopArgs, token: Option<&str>) -> anyhow::Result<String> {
     let asks = args.addrs.iter().map(|addr| {
         let url = format!(
             "{}/top?domain={}&n={K}",
-            crate::admin_client::base(addr),
-            crate::counters::encode(&args.domain)
+            crate::cli::counters::base(addr),
+            crate::admin::counters::encode(&args.domain)
         );
         let mut req = client.get(url);
         if let Some(t) = token {
@@ -293,7 +293,7 @@ async fn fleet(args: &TopArgs, token: Option<&str>) -> anyhow::Result<String> {
     let mut out = format!(
         "domain {}: {} OVER_LIMIT in the last minute, {} in the last hour; {} of {} instance(s) \
          answered ({})\n",
-        crate::log_throttle::printable(&args.domain),
+        crate::base::log_throttle::printable(&args.domain),
         total_minute,
         total_hour,
         names.len(),
@@ -329,7 +329,7 @@ async fn fleet(args: &TopArgs, token: Option<&str>) -> anyhow::Result<String> {
 
 /// `tollgate top`: once, or refreshed every interval until Ctrl-C.
 pub async fn run(args: &TopArgs) -> anyhow::Result<()> {
-    let token = crate::admin_client::token(args.token_file.as_deref())?;
+    let token = crate::cli::counters::token(args.token_file.as_deref())?;
     if args.once {
         print!("{}", fleet(args, token.as_deref()).await?);
         return Ok(());

@@ -1,6 +1,6 @@
 //! From a plan and what the store answered per charge to the answer: a code, the deciding
 //! limit, what remains and the honest wait, per descriptor, plus the overall code. Pure;
-//! [`crate::respond`] maps it to protobuf.
+//! [`crate::service::respond`] maps it to protobuf.
 //!
 //! **The one denial rule** ([`verdict`]), used by every store to decide what lands and by
 //! [`assemble`] for the overall code, on the normal path and the store-failure path alike:

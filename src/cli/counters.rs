@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::counters::{query_string, table, CounterView, Selector};
+use crate::admin::counters::{query_string, table, CounterView, Selector};
 
 /// `serve`'s admin flags beyond its addresses.
 #[derive(Debug, Args)]
@@ -182,8 +182,8 @@ pub async fn reset(args: &ResetArgs) -> anyhow::Result<String> {
     for v in answer.reset {
         out.push_str(&format!(
             "reset {} ({}): {}\n",
-            crate::log_throttle::printable(&v.name),
-            crate::log_throttle::printable(&v.key),
+            crate::base::log_throttle::printable(&v.name),
+            crate::base::log_throttle::printable(&v.key),
             if v.cleared {
                 format!("cleared {} used", v.used_before)
             } else {

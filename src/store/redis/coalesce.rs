@@ -2,7 +2,7 @@
 //!
 //! fred flushes the socket after every `EVALSHA` (it never holds a script back for the next
 //! command), so scripts sent one by one cost a write system call each, and Redis a read and a
-//! command each. On a serving thread (a current-thread runtime, see [`crate::serving`]) a
+//! command each. On a serving thread (a current-thread runtime, see [`crate::serve::threads`]) a
 //! call's script instead joins the thread's open batch for its slot. The batch's first call
 //! yields once and then sends it, so the batch leaves once every task that was ready on the
 //! thread has run: the calls that arrived together leave together, and a lone call waits for

@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use crate::log_throttle::push_printable;
+use crate::base::log_throttle::push_printable;
 use crate::pb::common::rate_limit_descriptor::Entry;
 
 /// Descriptors one sketch holds.

@@ -2,8 +2,8 @@
 //! (hyper), keepalive pings, a maximum age after which a connection closes gracefully (so
 //! clients reconnect and spread over new replicas), and a graceful close on shutdown.
 //!
-//! A serving thread ([`crate::serving`]) runs [`serve`] over the connections it is given;
-//! each connection's calls go to [`crate::grpc::Calls`].
+//! A serving thread ([`crate::serve::threads`]) runs [`serve`] over the connections it is given;
+//! each connection's calls go to [`crate::serve::grpc::Calls`].
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -21,9 +21,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-use crate::grpc::Calls;
-use crate::pem::{certs, private_key};
-use crate::serving::Accepted;
+use crate::base::pem::{certs, private_key};
+use crate::serve::grpc::Calls;
+use crate::serve::threads::Accepted;
 use crate::store::Store;
 
 /// How long a client may take to finish its TLS handshake.

@@ -28,10 +28,10 @@ use prost::Message;
 use tower::ServiceExt;
 
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
+use crate::service::validate::{Bounds, ValidationError};
 use crate::service::{CallError, RateLimiter};
 use crate::store::Store;
-use crate::telemetry;
-use crate::validate::{Bounds, ValidationError};
+use crate::telemetry::logging;
 
 /// The one method served here.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -96,7 +96,7 @@ async fn should_rate_limit<S: Store>(
     req: Request<Incoming>,
 ) -> Response<CallBody> {
     let deadline = grpc_timeout(req.headers()).map(|t| tokio::time::Instant::now() + t);
-    let span = telemetry::request_span(req.headers());
+    let span = logging::request_span(req.headers());
     let message =
         match read_in_time(read_message(req.into_body(), limiter.bounds()), deadline).await {
             Ok(m) => m,
@@ -112,7 +112,7 @@ async fn should_rate_limit<S: Store>(
             )),
         },
     };
-    telemetry::end(span, || match &decided {
+    logging::end(span, || match &decided {
         Ok(_) => vec![KeyValue::new("rpc.grpc.status_code", 0)],
         Err(e) => vec![
             KeyValue::new(
@@ -189,7 +189,7 @@ async fn read_message(body: Incoming, bounds: &Bounds) -> Result<RateLimitReques
 }
 
 /// Counts a `RateLimitRequest`'s descriptors, and each one's entries, in its encoding: more
-/// than `bounds` allow is refused with the words [`crate::validate`] would use. Decoded, a
+/// than `bounds` allow is refused with the words [`crate::service::validate`] would use. Decoded, a
 /// 4 MiB message of empty descriptors takes about 60 times its size. A message this walk
 /// cannot follow is left to the decoder to refuse.
 fn check_counts(message: &[u8], bounds: &Bounds) -> Result<(), ValidationError> {

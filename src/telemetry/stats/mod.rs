@@ -17,8 +17,8 @@
 //!   the timer's samples (milliseconds) since the last flush.
 
 pub mod exposition;
-pub mod key;
 pub mod mapper;
+pub mod name;
 pub mod registry;
 pub mod statsd;
 

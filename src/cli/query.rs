@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::json::{code_name, render_response};
+use crate::admin::json::{code_name, render_response};
 use crate::limit::Unit;
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;

@@ -321,7 +321,7 @@ impl Statistics {
     /// A request for a domain no config declares (`<domain>.domain_not_found`).
     /// envoyproxy/ratelimit counts one per descriptor: `descriptors`.
     pub fn domain_not_found(&self, domain: &str, descriptors: u64) {
-        let domain = super::key::sanitize(domain);
+        let domain = super::name::sanitize(domain);
         if let Some(c) = self.domains_not_found.read().get(domain.as_ref()) {
             c.fetch_add(descriptors, Ordering::Relaxed);
             return;

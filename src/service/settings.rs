@@ -1,7 +1,7 @@
 //! How the service answers, beyond the config: switches that `serve` flags set and the
 //! service reads. No CLI types here; [`crate::cli`] maps flags onto these.
 
-use crate::validate::Bounds;
+use crate::service::validate::Bounds;
 
 /// Behaviour switches of the service.
 #[derive(Debug, Clone)]

@@ -10,9 +10,9 @@
 
 use std::fmt::Write as _;
 
+use crate::admin::counters::{self, CounterView, Selector};
 use crate::admin::AdminState;
 use crate::config::Config;
-use crate::counters::{self, CounterView, Selector};
 use crate::store::Store;
 
 /// `s` safe inside HTML text and attribute values.
@@ -65,7 +65,7 @@ pub async fn render<S: Store>(st: &AdminState<S>, input: PageInput<'_>) -> Strin
     store_section(st, &mut page);
     config_section(st, &config, &mut page);
     lookup_section(st, &config, input.lookup, &mut page).await;
-    crate::top_page::section(st, &config, &mut page);
+    crate::admin::top_page::section(st, &config, &mut page);
     limits_section(&config, &mut page);
     page.push_str("</main></body></html>\n");
     page
@@ -249,7 +249,7 @@ fn counter_table(sel: &Selector, views: &[CounterView], page: &mut String) {
             v.reset_after_s,
             v.overdraft_debt,
             v.lease,
-            esc(&crate::log_throttle::printable(&v.key))
+            esc(&crate::base::log_throttle::printable(&v.key))
         );
     }
     page.push_str("</table>");
