@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tollgate::base::clock::{Clock, ManualClock, SystemClock};
-use tollgate::config::{compile_sources, LoadOptions};
+use tollgate::config::load::{compile_sources, LoadOptions};
 use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;

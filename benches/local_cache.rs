@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use parking_lot::Mutex;
 use tollgate::limit::{Algorithm, LimitParams};
-use tollgate::store::redis::LocalCache;
+use tollgate::store::redis::local_cache::LocalCache;
 
 /// The `--local-cache-size` default.
 const CAPACITY: usize = 100_000;

@@ -33,8 +33,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tollgate::config::xds::compile_resources;
-use tollgate::config::LoadOptions;
+use tollgate::config::load::LoadOptions;
+use tollgate::config::xds::resource::compile_resources;
 use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;

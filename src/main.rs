@@ -10,17 +10,18 @@ use tollgate::base::shutdown::Shutdown;
 use tollgate::cli::compat;
 use tollgate::cli::query;
 use tollgate::cli::{Cli, ClockArg, Command, ServeArgs};
-use tollgate::config::{load_path, LoadOptions};
+use tollgate::config::load::{load_path, LoadOptions};
 use tollgate::serve::transport::{GrpcTls, Transport};
 use tollgate::serve::{self, ConfigSource, ServerOptions};
 use tollgate::service::settings::{HeaderNames, Settings};
 use tollgate::service::validate::Bounds;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
+use tollgate::store::redis::options::{ClockSource, RedisOptions};
+use tollgate::store::redis::RedisStore;
 use tollgate::telemetry::logging;
 use tollgate::telemetry::metrics::Metrics;
 use tollgate::telemetry::stats::mapper::Mapper;
-use tollgate::telemetry::stats::Statistics;
+use tollgate::telemetry::stats::registry::Statistics;
 
 /// mimalloc: fewer cycles in malloc/free on the request path than the system allocator.
 #[global_allocator]

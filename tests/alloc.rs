@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tollgate::base::clock::SystemClock;
-use tollgate::config::{compile_sources, LoadOptions};
+use tollgate::config::load::{compile_sources, LoadOptions};
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
 use tollgate::service::settings::Settings;

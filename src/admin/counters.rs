@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::algorithm::inspect::{self, Usage};
-use crate::algorithm::Role;
+use crate::algorithm::rule::Role;
 use crate::config::Config;
 use crate::limit::{Algorithm, Limit};
 use crate::pb::common::rate_limit_descriptor::Entry;
@@ -26,7 +26,8 @@ use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
 use crate::plan::{plan, Plan};
 use crate::service::validate::{validate, Bounds};
-use crate::store::{Store, StoreError};
+use crate::store::error::StoreError;
+use crate::store::Store;
 
 /// Which counters an operator asks about.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

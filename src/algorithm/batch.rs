@@ -12,9 +12,9 @@
 
 use super::concurrency::{self, SlotId};
 use super::{
-    charge_as, check_cost, fits, refresh, remaining, reset_after, retry_after, verdict,
-    ChargeOutcome, Landing, Mode, Role, State, Verdict,
+    charge_as, check_cost, fits, refresh, remaining, reset_after, retry_after, Landing, State,
 };
+use crate::algorithm::rule::{verdict, ChargeOutcome, Mode, Role, Verdict};
 use crate::limit::{Algorithm, LimitParams};
 
 /// A charge in a batch (last stage, after `store::placement::PlacedCharge`): the limit's

@@ -16,11 +16,9 @@ pub mod batch;
 pub mod concurrency;
 pub mod fixed_window;
 pub mod inspect;
-mod rule;
+pub mod rule;
 pub mod sliding_window;
 pub mod token_bucket;
-
-pub use rule::{verdict, ChargeOutcome, Mode, Role, Verdict};
 
 use concurrency::{SlotId, Slots};
 use fixed_window::Window;

@@ -5,5 +5,6 @@
 pub mod clock;
 pub mod duration;
 pub mod log_throttle;
+pub mod pairs;
 pub mod pem;
 pub mod shutdown;

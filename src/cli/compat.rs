@@ -7,14 +7,14 @@
 //! flag is not generated). Variables tollgate does not implement are named once at startup;
 //! ones whose silent omission would change answers or security are errors.
 
-mod error;
+pub mod error;
 mod stats;
 mod tracing;
 mod xds;
 
 use std::ffi::OsString;
 
-pub use self::error::CompatError;
+use self::error::CompatError;
 
 /// Whether argv[0] asks for envoyproxy/ratelimit's interface.
 pub fn invoked_as_ratelimit(argv0: &std::ffi::OsStr) -> bool {

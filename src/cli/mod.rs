@@ -12,9 +12,13 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::base::duration;
-use crate::config::{xds, FileSelection, UsageDomains};
+use crate::base::pairs::{parse_pairs, Pairs};
+use crate::config::load::FileSelection;
+use crate::config::usage::UsageDomains;
+use crate::config::xds;
 use crate::service::settings::FailureMode;
 use crate::telemetry::logging::{LogFormat, OtlpProtocol, TraceExport, TraceOptions};
+use crate::telemetry::stats::registry::DEFAULT_NEAR_LIMIT_RATIO;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -99,7 +103,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_PROMETHEUS_MAPPER")]
     pub prometheus_mapper: Option<PathBuf>,
     /// envoyproxy/ratelimit's near_limit statistic counts hits above this share of a limit.
-    #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = near_limit_ratio)]
+    #[arg(long, env = "TOLLGATE_NEAR_LIMIT_RATIO", default_value_t = DEFAULT_NEAR_LIMIT_RATIO, value_parser = near_limit_ratio)]
     pub near_limit_ratio: f32,
     #[command(flatten)]
     pub statsd: crate::telemetry::stats::statsd::StatsdArgs,
@@ -342,11 +346,11 @@ pub struct XdsArgs {
     #[arg(long, env = "TOLLGATE_CONFIG_XDS_NODE_ID", default_value = "default")]
     pub config_xds_node_id: String,
     /// The node's metadata, `k1:v1,k2:v2` (`k1=v1` too).
-    #[arg(long, env = "TOLLGATE_CONFIG_XDS_NODE_METADATA", value_parser = xds::parse_pairs)]
-    pub config_xds_node_metadata: Option<xds::Pairs>,
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_NODE_METADATA", value_parser = parse_pairs)]
+    pub config_xds_node_metadata: Option<Pairs>,
     /// gRPC metadata sent with the xDS stream, `k1:v1,k2:v2`.
-    #[arg(long, env = "TOLLGATE_CONFIG_XDS_HEADERS", value_parser = xds::parse_pairs)]
-    pub config_xds_headers: Option<xds::Pairs>,
+    #[arg(long, env = "TOLLGATE_CONFIG_XDS_HEADERS", value_parser = parse_pairs)]
+    pub config_xds_headers: Option<Pairs>,
     /// Largest xDS response accepted.
     #[arg(long, env = "TOLLGATE_CONFIG_XDS_MAX_MESSAGE_SIZE", default_value = "4MiB", value_parser = parse_bytes)]
     pub config_xds_max_message_size: usize,
@@ -397,7 +401,7 @@ impl XdsArgs {
             node_metadata: self.config_xds_node_metadata.clone().unwrap_or_default().0,
             headers: self.config_xds_headers.clone().unwrap_or_default().0,
             max_message_size: self.config_xds_max_message_size,
-            backoff: xds::Backoff {
+            backoff: xds::backoff::Backoff {
                 initial: self.config_xds_backoff_initial,
                 max: self.config_xds_backoff_max,
                 random_factor: self.config_xds_backoff_random_factor,

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::admin::json::{code_name, render_response};
-use crate::limit::Unit;
+use crate::limit::unit::Unit;
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::rate_limit_response::Code;

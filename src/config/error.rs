@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::limit::calendar::{PERIOD_NAMES, WEEKDAY_NAMES};
-use crate::limit::{ALGORITHM_NAMES, UNIT_NAMES};
+use crate::limit::unit::UNIT_NAMES;
+use crate::limit::ALGORITHM_NAMES;
 
 /// A config problem a user can act on: which file, where, what.
 #[derive(Debug, Clone, thiserror::Error)]

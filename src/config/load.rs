@@ -5,10 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{
-    compile_file, Config, ConfigError, ConfigProblem, Domain, DuplicateKey, Level, RuleError,
-    UsageDomains,
-};
+use crate::config::compile::compile_file;
+
+use super::{Config, Domain, Level};
+
+use crate::config::error::{ConfigError, ConfigProblem, DuplicateKey, RuleError};
+
+use crate::config::usage::UsageDomains;
 
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -20,7 +23,7 @@ pub struct LoadOptions {
     /// Domains whose limits all record usage after the fact (`--usage-domains`).
     pub usage_domains: UsageDomains,
     /// envoyproxy/ratelimit's statistics, bound to each compiled rule (`None`: off).
-    pub stats: Option<std::sync::Arc<crate::telemetry::stats::Statistics>>,
+    pub stats: Option<std::sync::Arc<crate::telemetry::stats::registry::Statistics>>,
 }
 
 /// Which files of a config directory are read (subdirectories never are).
@@ -86,7 +89,7 @@ pub fn compile_sources(
     for (name, text) in sources {
         let mut domain = compile_file(name, text, &opts.usage_domains)?;
         if let Some(stats) = &opts.stats {
-            crate::telemetry::stats::name::bind(&mut domain, stats);
+            crate::config::bind::bind(&mut domain, stats);
         }
         add_domain(&mut config, domain, name, opts)?;
     }

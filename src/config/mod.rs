@@ -4,25 +4,23 @@
 //! builds the tree. A `Config` is never mutated: a reload builds a new one and swaps it in,
 //! so a bad file never replaces a good config.
 
-mod compile;
-mod error;
-mod load;
+pub mod bind;
+pub mod compile;
+pub mod error;
+pub mod load;
 mod raw;
-mod reload;
-mod usage;
+pub mod reload;
+pub mod usage;
 pub mod xds;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-pub use compile::compile_file;
-pub use error::{ConfigError, ConfigProblem, DuplicateKey, LeaseError, LimitError, RuleError};
-pub use load::{compile_sources, load_path, read_sources, FileSelection, LoadOptions};
-pub use reload::{ReloadError, ReloadStatus, Reloader};
-pub use usage::{UsageDomains, UsageDomainsError};
+use error::DuplicateKey;
 
 use crate::limit::Limit;
+use crate::telemetry::stats::name::StatsBinding;
 
 /// All domains.
 #[derive(Debug, Default)]
@@ -159,6 +157,9 @@ pub struct Rule {
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// `domain.key_value.key2` as envoyproxy/ratelimit names it (stats, `/rlconfig`).
     pub full_key: String,
+    /// The envoyproxy/ratelimit statistics its limits count into ([`bind`]; `None` when the
+    /// config is compiled without statistics).
+    pub stats: Option<Arc<StatsBinding>>,
     pub children: Level,
 }
 
@@ -323,6 +324,8 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::compile::compile_file;
+    use crate::config::usage::UsageDomains;
 
     #[test]
     fn stars_stand_anywhere_for_any_run_of_characters() {

@@ -5,9 +5,10 @@
 use serde::de::{Error, Visitor};
 use serde::{Deserialize, Deserializer};
 
-use super::compile::window_us;
-use super::LimitError;
-use crate::limit::{Algorithm, Unit};
+use crate::base::duration;
+use crate::config::error::LimitError;
+use crate::limit::unit::Unit;
+use crate::limit::Algorithm;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -112,7 +113,7 @@ pub struct CheckedLimit(pub RawLimit);
 impl<'de> Deserialize<'de> for CheckedLimit {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = RawLimit::deserialize(d)?;
-        super::compile::check_fields(&raw).map_err(serde::de::Error::custom)?;
+        check_fields(&raw).map_err(serde::de::Error::custom)?;
         Ok(CheckedLimit(raw))
     }
 }
@@ -189,7 +190,7 @@ fn week_starts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
 
 /// A limit's `lease_ttl`, checked here so that an error names its line.
 fn lease_ttl<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    as_written(d, |s: String| super::compile::lease_ttl_us(&s).map(|_| s))
+    as_written(d, |s: String| lease_ttl_us(&s).map(|_| s))
 }
 
 /// A scalar that may be absent (a plain null); present, it is read by the inner visitor.
@@ -232,5 +233,145 @@ impl<'de, F: FnOnce(String) -> Result<String, LimitError>> Visitor<'de> for Scal
 
     fn visit_string<E: Error>(self, v: String) -> Result<Self::Value, E> {
         (self.0)(v).map(Some).map_err(E::custom)
+    }
+}
+
+/// A concurrency slot's lease unless `lease_ttl` says otherwise: five minutes.
+pub const DEFAULT_LEASE_TTL_US: u64 = 300 * 1_000_000;
+
+/// The longest `lease_ttl`: a day.
+const MAX_LEASE_TTL_US: u64 = 86_400 * 1_000_000;
+
+/// The most slots a concurrency limit may hold (each is an entry its counter reads).
+pub const MAX_CONCURRENCY: u32 = 10_000;
+
+/// `lease_ttl`: whole seconds from 1 s to a day, in microseconds.
+pub(super) fn lease_ttl_us(text: &str) -> Result<u64, LimitError> {
+    match duration::parse(text) {
+        Ok(d)
+            if d.subsec_nanos() == 0
+                && d.as_secs() >= 1
+                && d.as_micros() <= u128::from(MAX_LEASE_TTL_US) =>
+        {
+            Ok(d.as_micros() as u64)
+        }
+        _ => Err(LimitError::LeaseTtl(text.to_string())),
+    }
+}
+
+/// The checks of one limit's fields against each other that need nothing else (calendar and
+/// concurrency keys): run as a file is read, so an error names its line.
+pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
+    let algorithm = match rl.algorithm.as_deref() {
+        None => Algorithm::FixedWindow,
+        Some(a) => Algorithm::parse(a).ok_or_else(|| LimitError::Algorithm(a.to_string()))?,
+    };
+    if let Some(c) = compile_calendar(rl, algorithm)? {
+        calendar_unit(rl, c)?;
+    }
+    if algorithm == Algorithm::Concurrency && rl.calendar.is_none() {
+        check_concurrency(rl, rl.requests_per_unit.unwrap_or(0))?;
+    }
+    if rl.lease_ttl.is_some() && algorithm != Algorithm::Concurrency {
+        return Err(LimitError::LeaseTtlWithoutConcurrency);
+    }
+    Ok(())
+}
+
+/// A calendar limit's unit: its period's; a `unit` written beside it must agree.
+pub(super) fn calendar_unit(
+    rl: &RawLimit,
+    c: crate::limit::calendar::Calendar,
+) -> Result<Unit, LimitError> {
+    let unit = c.period.unit();
+    match rl.unit.as_deref().filter(|u| !u.is_empty()) {
+        Some(u) if Unit::parse(u) != Some(unit) => Err(LimitError::CalendarUnit {
+            unit: u.to_string(),
+            calendar: c.period.name().to_string(),
+        }),
+        _ => Ok(unit),
+    }
+}
+
+/// `calendar:` (with `timezone:` and `week_starts:`): only on a fixed window without `window:`
+/// or `lease`.
+pub(super) fn compile_calendar(
+    rl: &RawLimit,
+    algorithm: Algorithm,
+) -> Result<Option<crate::limit::calendar::Calendar>, LimitError> {
+    use crate::limit::calendar::{weekday, zone, Calendar, Period};
+    let Some(period) = rl.calendar.as_deref() else {
+        if rl.timezone.is_some() {
+            return Err(LimitError::CalendarOnly("timezone"));
+        }
+        if rl.week_starts.is_some() {
+            return Err(LimitError::CalendarOnly("week_starts"));
+        }
+        return Ok(None);
+    };
+    let period = Period::parse(period).ok_or_else(|| LimitError::Calendar(period.to_string()))?;
+    if algorithm != Algorithm::FixedWindow {
+        return Err(LimitError::CalendarAlgorithm(algorithm.name()));
+    }
+    if rl.window.is_some() {
+        return Err(LimitError::CalendarWithWindow);
+    }
+    if rl.lease.is_some() {
+        return Err(LimitError::CalendarWithLease);
+    }
+    if rl.week_starts.is_some() && period != Period::Week {
+        return Err(LimitError::WeekStartsWithoutWeek);
+    }
+    let zone_name = rl.timezone.as_deref().unwrap_or("UTC");
+    let zone = zone(zone_name).ok_or_else(|| LimitError::TimeZone(zone_name.to_string()))?;
+    let week_starts = match rl.week_starts.as_deref() {
+        None => jiff::civil::Weekday::Monday,
+        Some(w) => weekday(w).ok_or_else(|| LimitError::WeekStarts(w.to_string()))?,
+    };
+    Ok(Some(Calendar {
+        period,
+        zone,
+        week_starts,
+    }))
+}
+
+/// `algorithm: concurrency`: a cap of 1 to [`MAX_CONCURRENCY`] slots, no unit, window, burst,
+/// overdraft, lease or shadow of a window.
+pub(super) fn check_concurrency(rl: &RawLimit, cap: u32) -> Result<(), LimitError> {
+    let other = [
+        (
+            rl.unit.as_deref().is_some_and(|u| !u.is_empty()),
+            "unit (it caps slots held at once, in no unit of time)",
+        ),
+        (
+            rl.window.is_some(),
+            "window (lease_ttl says how long a slot is held)",
+        ),
+        (rl.burst.is_some(), "burst"),
+        (rl.overdraft, "overdraft"),
+        (rl.lease.is_some(), "lease"),
+    ];
+    if let Some((_, what)) = other.iter().find(|(set, _)| *set) {
+        return Err(LimitError::Concurrency(what));
+    }
+    if cap == 0 || cap > MAX_CONCURRENCY {
+        return Err(LimitError::ConcurrencyCap(cap));
+    }
+    Ok(())
+}
+
+/// The longest `window`: ten years. A window's end (now plus the window, in µs since the
+/// epoch) must stay below 2^53 for the Redis script to hold it exactly; this keeps it far
+/// below.
+const MAX_WINDOW_US: u64 = 3650 * 86_400 * 1_000_000;
+
+/// A limit's `window`: a positive whole number of milliseconds, in microseconds.
+pub(super) fn window_us(text: &str) -> Result<u64, LimitError> {
+    match duration::parse(text) {
+        Ok(d) if d.as_micros() > u128::from(MAX_WINDOW_US) => {
+            Err(LimitError::WindowTooLong(text.to_string()))
+        }
+        Ok(d) if !d.is_zero() && d.subsec_nanos() % 1_000_000 == 0 => Ok(d.as_micros() as u64),
+        _ => Err(LimitError::Window(text.to_string())),
     }
 }

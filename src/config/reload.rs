@@ -13,8 +13,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
-use super::{compile_sources, read_sources, Config, ConfigError, LoadOptions};
+use crate::config::load::{compile_sources, read_sources, LoadOptions};
+
+use super::Config;
+
 use crate::base::shutdown::Shutdown;
+use crate::config::error::ConfigError;
 use crate::telemetry::metrics::Metrics;
 
 /// Why a reload was rejected.
@@ -31,7 +35,7 @@ pub enum ReloadError {
     EveryDomainGone(PathBuf),
     /// An xDS response that does not compile (it was NACKed).
     #[error(transparent)]
-    Xds(#[from] super::xds::ResourceError),
+    Xds(#[from] crate::config::xds::resource::ResourceError),
 }
 
 /// What the reloader last did, for `/rlconfig` and metrics.

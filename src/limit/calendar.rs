@@ -56,8 +56,8 @@ impl Period {
     }
 
     /// The unit the response reports (a quarter as `UNKNOWN`: Envoy's enum has none).
-    pub fn unit(self) -> crate::limit::Unit {
-        use crate::limit::Unit;
+    pub fn unit(self) -> crate::limit::unit::Unit {
+        use crate::limit::unit::Unit;
         match self {
             Period::Day => Unit::Day,
             Period::Week => Unit::Week,

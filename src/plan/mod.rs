@@ -8,20 +8,22 @@
 //!
 //! Counter keys and their hash tags are built in [`key`].
 
-mod counter_key;
+pub mod counter_key;
 
 use std::borrow::Cow;
 use std::ops::Range;
 
 use counter_key::counter_key;
-pub use counter_key::tag_of;
+use counter_key::tag_of;
 
 use crate::algorithm::concurrency::SlotId;
-pub use crate::algorithm::Role;
+use crate::algorithm::rule::Role;
 use crate::config::{Config, Pattern, Rule};
-use crate::limit::{proto_unit_name, Limit, Unit};
+use crate::limit::unit::{proto_unit_name, Unit};
+use crate::limit::Limit;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
+use crate::telemetry::stats::name::StatsBinding;
 
 /// Everything a request will charge, and how each descriptor is answered.
 #[derive(Debug)]
@@ -29,7 +31,7 @@ pub struct Plan<'c> {
     pub descriptors: Vec<DescriptorPlan<'c>>,
     pub charges: Vec<PlannedCharge<'c>>,
     /// Descriptors whose matched rule has `quota_mode`, charged or not (see
-    /// [`crate::service::decision::verdict`]).
+    /// [`crate::algorithm::rule::verdict`]).
     pub quota_descriptors: usize,
     /// The id of the concurrency slots the request takes, releases or renews (`(0, 0)`: none;
     /// see [`crate::algorithm::concurrency`]).
@@ -84,6 +86,9 @@ pub struct DescriptorPlan<'c> {
 pub struct PlannedCharge<'c> {
     pub descriptor: usize,
     pub limit: Cow<'c, Limit>,
+    /// The envoyproxy/ratelimit statistics of the rule that owns the limit (`None` for an
+    /// override, or without statistics).
+    pub stats: Option<&'c StatsBinding>,
     /// The counter key, `{tag}rest`, without any store prefix.
     pub key: String,
     pub cost: u64,
@@ -106,6 +111,7 @@ pub struct PlanError(pub String);
 struct Candidate<'c> {
     descriptor: usize,
     limit: Cow<'c, Limit>,
+    stats: Option<&'c StatsBinding>,
     /// Depth of the rule that owns the limit: its key covers entries `0..=depth`.
     depth: usize,
     role: Role,
@@ -125,6 +131,7 @@ fn add_limits<'c>(
         candidates.push(Candidate {
             descriptor: i,
             limit: Cow::Borrowed(limit.as_ref()),
+            stats: r.stats.as_deref(),
             depth,
             role,
         });
@@ -177,6 +184,7 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
                     unit,
                     domain.policy.usage,
                 )),
+                stats: None,
                 depth: d.entries.len().saturating_sub(1),
                 // The override replaces the rule's limits, not its quota mode.
                 role: if quota {
@@ -246,6 +254,7 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             descriptor: c.descriptor,
             cost: cost_of(c.descriptor),
             limit: c.limit,
+            stats: c.stats,
             key,
             role: c.role,
         });
@@ -320,7 +329,7 @@ fn check_override(descriptor: usize, requests_per_unit: u32, unit: i32) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{compile_sources, LoadOptions};
+    use crate::config::load::{compile_sources, LoadOptions};
     use crate::pb::common::rate_limit_descriptor::Entry;
 
     const TIERS: &str = "\

@@ -27,14 +27,18 @@ use tonic_health::ServingStatus;
 use crate::admin::{self, AdminState};
 use crate::base::clock::SystemClock;
 use crate::base::shutdown::Shutdown;
-use crate::config::xds::{XdsOptions, XdsSource, XdsState};
-use crate::config::{compile_sources, read_sources, Config, LoadOptions, ReloadStatus, Reloader};
+use crate::config::load::{compile_sources, read_sources, LoadOptions};
+use crate::config::reload::{ReloadStatus, Reloader};
+use crate::config::xds::client::XdsSource;
+use crate::config::xds::{XdsOptions, XdsState};
+use crate::config::Config;
 use crate::serve::grpc::Calls;
 use crate::serve::transport::{Connections, Transport};
 use crate::service::settings::{FailureMode, Settings};
 use crate::service::RateLimiter;
+use crate::store::any::AnyStore;
 use crate::store::memory::MemoryStore;
-use crate::store::{AnyStore, Store};
+use crate::store::Store;
 use crate::telemetry::metrics::Metrics;
 
 /// Names under which gRPC health reports the service.

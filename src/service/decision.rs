@@ -17,9 +17,10 @@
 //! stands). The deciding limit of a descriptor is, when over, the denying limit with the
 //! longest wait (a wait of "never" is longest); when OK, the limit with the least remaining.
 
-pub use crate::algorithm::{verdict, ChargeOutcome, Verdict};
+use crate::algorithm::rule::Role;
+use crate::algorithm::rule::{verdict, ChargeOutcome, Verdict};
 use crate::limit::Limit;
-use crate::plan::{DescriptorKind, Plan, Role};
+use crate::plan::{DescriptorKind, Plan};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {

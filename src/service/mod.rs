@@ -25,24 +25,27 @@ use opentelemetry::KeyValue;
 use tokio::sync::Semaphore;
 
 use crate::algorithm::concurrency::SlotId;
-use crate::algorithm::Mode;
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Mode;
+use crate::algorithm::rule::Role;
 use crate::base::log_throttle;
 use crate::config::{Config, DomainPolicy};
 use crate::limit::Algorithm;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use crate::plan::{plan, Plan, PlannedCharge, Role};
+use crate::plan::{plan, Plan, PlannedCharge};
 use crate::service::decision::{assemble, Code, Decision};
 use crate::service::respond::response;
 use crate::service::settings::{FailureMode, Settings};
 use crate::service::validate::{validate, Bounds};
 use crate::store::error::Cause;
+use crate::store::error::StoreError;
 use crate::store::memory::MemoryStore;
-use crate::store::{ChargeOutcome, Store, StoreError};
+use crate::store::Store;
 use crate::telemetry::logging;
 use crate::telemetry::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
 use crate::telemetry::stats::name;
+use crate::telemetry::stats::registry::Statistics;
 use crate::telemetry::stats::registry::{Observation, ServiceEvent};
-use crate::telemetry::stats::Statistics;
 
 /// Distinct unknown domain names logged per minute at most.
 const UNKNOWN_NAMES_PER_MINUTE: usize = 10;
@@ -574,7 +577,7 @@ fn count_statistics(
             .descriptors
             .get(c.descriptor)
             .map_or(&[][..], |d| &d.entries[..]);
-        match &c.limit.stats {
+        match c.stats {
             Some(binding) => binding.with(entries, stats, |s| s.observe(observation, ratio)),
             None => {
                 if let Some(s) = stats.dynamic(&name::override_name(&req.domain, entries)) {

@@ -175,7 +175,7 @@ impl<S: Store> pb::slots_server::Slots for SlotsService<S> {
         &self,
         request: tonic::Request<pb::SlotRequest>,
     ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
-        self.slots(request.into_inner(), crate::algorithm::Mode::Release)
+        self.slots(request.into_inner(), crate::algorithm::rule::Mode::Release)
             .await
     }
 
@@ -183,7 +183,7 @@ impl<S: Store> pb::slots_server::Slots for SlotsService<S> {
         &self,
         request: tonic::Request<pb::SlotRequest>,
     ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
-        self.slots(request.into_inner(), crate::algorithm::Mode::Renew)
+        self.slots(request.into_inner(), crate::algorithm::rule::Mode::Renew)
             .await
     }
 }
@@ -192,7 +192,7 @@ impl<S: Store> SlotsService<S> {
     async fn slots(
         &self,
         r: pb::SlotRequest,
-        mode: crate::algorithm::Mode,
+        mode: crate::algorithm::rule::Mode,
     ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
         let id = parse_id(&r.slot_id)?;
         let req = RateLimitRequest {

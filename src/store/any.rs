@@ -12,9 +12,11 @@ use std::sync::Arc;
 
 use super::memory::MemoryStore;
 use super::redis::RedisStore;
-use super::{ChargeOutcome, CounterReading, Store, StoreError};
-use crate::algorithm::Mode;
+use super::{CounterReading, Store};
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Mode;
 use crate::plan::Plan;
+use crate::store::error::StoreError;
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 type LocalBoxed<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;

@@ -21,12 +21,15 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::placement::{place, Layout, Placed};
 use super::protocol::{GroupAnswer, Next, Protocol, Refund};
-use super::{ChargeOutcome, CounterReading, Store, StoreError};
+use super::{CounterReading, Store};
 use crate::algorithm::batch::{self, BatchCharge, Counter};
-use crate::algorithm::{expires_at, inspect, refresh, refund, Landing, Mode, State};
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Mode;
+use crate::algorithm::{expires_at, inspect, refresh, refund, Landing, State};
 use crate::base::clock::Clock;
 use crate::limit::LimitParams;
 use crate::plan::Plan;
+use crate::store::error::StoreError;
 use crate::telemetry::metrics::Metrics;
 
 const SHARDS: usize = 64;

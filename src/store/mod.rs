@@ -1,7 +1,7 @@
 //! Where counters live. A store executes a plan's charges atomically (all-or-nothing, see
 //! [`crate::algorithm::batch`]) and answers a [`ChargeOutcome`] per charge.
 
-mod any;
+pub mod any;
 pub mod error;
 pub mod memory;
 pub mod placement;
@@ -10,16 +10,17 @@ pub mod redis;
 
 use std::future::Future;
 
-use crate::algorithm::{Mode, State};
-use crate::plan::Plan;
-pub use crate::service::decision::ChargeOutcome;
-pub use any::{AnyStore, DynStore};
+use crate::algorithm::rule::Mode;
 
-pub use error::StoreError;
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::State;
+use crate::plan::Plan;
+
+use error::StoreError;
 
 pub trait Store: Send + Sync + 'static {
     /// Decides and charges `plan`'s charges as one request, by the rule of
-    /// [`crate::service::decision::verdict`], in `mode` ([`Mode::charging`]: `Decide`, or
+    /// [`crate::algorithm::rule::verdict`], in `mode` ([`Mode::charging`]: `Decide`, or
     /// `CountRejected` for envoyproxy/ratelimit's counting, where every charge lands even on a
     /// denied request). Outcomes are index-aligned with `plan.charges`.
     fn apply(

@@ -10,8 +10,9 @@
 use std::borrow::Cow;
 
 use crate::algorithm::concurrency::SlotId;
+use crate::algorithm::rule::Role;
 use crate::limit::LimitParams;
-use crate::plan::{Plan, Role};
+use crate::plan::Plan;
 
 /// A charge as placed (second stage, after [`crate::plan::PlannedCharge`]): what a store runs,
 /// its key with the store's prefix, the limit's numbers and the lease. The Redis store owns its keys (its decisions outlive the
@@ -167,7 +168,8 @@ pub(crate) mod tests {
     use std::borrow::Cow;
 
     use super::*;
-    use crate::limit::{Limit, Unit};
+    use crate::limit::unit::Unit;
+    use crate::limit::Limit;
     use crate::plan::{DescriptorKind, DescriptorPlan, PlannedCharge};
 
     /// A one-unit charge of a 10-a-minute limit on `key`.
@@ -177,6 +179,7 @@ pub(crate) mod tests {
         PlannedCharge {
             descriptor: 0,
             limit: Cow::Owned(limit),
+            stats: None,
             key: key.to_string(),
             cost: 1,
             role: Role::Enforced,

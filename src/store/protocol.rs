@@ -15,7 +15,8 @@
 //! answer to [`Protocol::record`], until [`Next::Done`].
 
 use super::placement::Placed;
-use crate::algorithm::{verdict, ChargeOutcome, Landing, Mode, Verdict};
+use crate::algorithm::rule::{verdict, ChargeOutcome, Mode, Verdict};
+use crate::algorithm::Landing;
 
 /// Per charge of a group being refunded: what was decided, what it left, and whether to
 /// refund that.

@@ -25,9 +25,6 @@ use prometheus_client::registry::Registry;
 /// The `domain` label of a request for a domain the config does not know.
 pub const UNKNOWN_DOMAIN: &str = "__unknown__";
 
-/// The `limit` label of a request's own limit override.
-pub const OVERRIDE_LIMIT: &str = "override";
-
 /// How a request ended, as `tollgate_requests_total` counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestCode {
@@ -220,7 +217,7 @@ pub struct Metrics {
     pub replica_reads: Counter,
     domains: RwLock<HashMap<String, Arc<DomainMetrics>>>,
     /// envoyproxy/ratelimit's statistics, served beside these (`--disable-stats`: `None`).
-    pub statistics: Option<Arc<crate::telemetry::stats::Statistics>>,
+    pub statistics: Option<Arc<crate::telemetry::stats::registry::Statistics>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -434,7 +431,7 @@ impl Metrics {
     /// These metrics and envoyproxy/ratelimit's `statistics`.
     pub fn with_statistics(
         mut self,
-        statistics: Arc<crate::telemetry::stats::Statistics>,
+        statistics: Arc<crate::telemetry::stats::registry::Statistics>,
     ) -> Metrics {
         self.statistics = Some(statistics);
         self
@@ -466,7 +463,7 @@ impl Metrics {
             .clone()
     }
 
-    /// The counters of `limit` (its name, its rule path, or [`OVERRIDE_LIMIT`]) in `domain`.
+    /// The counters of `limit` (its name, its rule path, or `override`) in `domain`.
     pub fn limit(&self, domain: &DomainMetrics, limit: &str) -> Arc<LimitMetrics> {
         if let Some(l) = domain.limits.read().get(limit) {
             return l.clone();

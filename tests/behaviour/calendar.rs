@@ -10,8 +10,8 @@ use tollgate::base::clock::ManualClock;
 use tollgate::pb::rls::RateLimitResponse;
 use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
-use tollgate::store::redis::ClockSource;
-use tollgate::store::AnyStore;
+use tollgate::store::any::AnyStore;
+use tollgate::store::redis::options::ClockSource;
 
 use crate::support::kit::{for_every_store, for_stores, limiter, store, store_with, StoreKind};
 use crate::support::server::{descriptor, request, OK, OVER_LIMIT};

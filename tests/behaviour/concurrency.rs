@@ -20,7 +20,8 @@ use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::service::settings::Settings;
-use tollgate::store::redis::{ClockSource, RedisStore, KEY_FORMAT};
+use tollgate::store::redis::options::{ClockSource, KEY_FORMAT};
+use tollgate::store::redis::RedisStore;
 use tonic::transport::Channel;
 
 use crate::support::kit::{avoid_window_edge, blocking, redis_cluster, unique_prefix, RedisSetup};

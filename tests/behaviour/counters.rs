@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use tollgate::admin::counters::{inspect, reset, CounterError, CounterView, Selector};
 use tollgate::base::clock::ManualClock;
-use tollgate::config::{compile_sources, Config, LoadOptions};
+use tollgate::config::load::{compile_sources, LoadOptions};
+use tollgate::config::Config;
 use tollgate::service::settings::Settings;
 use tollgate::service::validate::Bounds;
-use tollgate::store::{AnyStore, Store};
+use tollgate::store::any::AnyStore;
+use tollgate::store::Store;
 
 use crate::support::kit::{
     for_every_store, for_stores, limiter, redis_url, store, unique_prefix, wait_ready, RedisSetup,
@@ -497,7 +499,7 @@ async fn readings_use_redis_time(kind: StoreKind) {
 async fn tollgate_store_on_redis_time(kind: StoreKind) -> Arc<AnyStore> {
     let unused = ManualClock::new(T0_US);
     let mut setup = RedisSetup::new(redis_url(kind).expect("a redis kind"), &unused);
-    setup.clock = tollgate::store::redis::ClockSource::Redis;
+    setup.clock = tollgate::store::redis::options::ClockSource::Redis;
     let s: Arc<AnyStore> = Arc::new(setup.connect().into());
     wait_ready(&*s).await;
     s

@@ -13,7 +13,7 @@ use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::service::settings::{FailureMode, Settings};
 use tollgate::service::validate::Bounds;
 use tollgate::service::{CallError, RateLimiter};
-use tollgate::store::redis::KEY_FORMAT;
+use tollgate::store::redis::options::KEY_FORMAT;
 use tollgate::store::Store;
 
 use crate::support::kit::{

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use tollgate::base::clock::ManualClock;
-use tollgate::limit::Unit;
+use tollgate::limit::unit::Unit;
 use tollgate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;

@@ -18,6 +18,8 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use tollgate::algorithm::batch::{self, evaluate_and_report, BatchCharge};
 use tollgate::algorithm::fixed_window::Window;
+use tollgate::algorithm::rule::ChargeOutcome as Outcome;
+use tollgate::algorithm::rule::Role;
 use tollgate::algorithm::sliding_window::{granule_us, Log};
 use tollgate::algorithm::token_bucket::Tat;
 use tollgate::algorithm::{charge, check_cost, fits, refresh, remaining, State};
@@ -27,8 +29,6 @@ use tollgate::pb::common::rate_limit_descriptor::Entry;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitRequest;
-use tollgate::plan::Role;
-use tollgate::service::decision::ChargeOutcome as Outcome;
 use tollgate::service::settings::Settings;
 
 use crate::support::kit::{limiter, store, StoreKind};

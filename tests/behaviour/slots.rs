@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::algorithm::Mode;
+use tollgate::algorithm::rule::Mode;
 use tollgate::base::clock::ManualClock;
-use tollgate::config::{LoadOptions, UsageDomains};
+use tollgate::config::load::LoadOptions;
+use tollgate::config::usage::UsageDomains;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::pb::tollgate::slots::v1::slots_client::SlotsClient;
@@ -20,7 +21,7 @@ use tollgate::pb::tollgate::slots::v1::SlotRequest;
 use tollgate::service::settings::Settings;
 use tollgate::service::slots::{format_id, parse_id, RELEASE_KEY, SLOT_KEY};
 use tollgate::service::{RateLimiter, SlotsDone};
-use tollgate::store::AnyStore;
+use tollgate::store::any::AnyStore;
 
 use crate::support::kit::{
     for_every_store, for_stores, limiter, limiter_with, redis_url, store, unique_prefix, StoreKind,
@@ -223,7 +224,7 @@ async fn two_instances(kind: StoreKind) {
     for _ in 0..2 {
         let mut setup = RedisSetup::new(url.clone(), &ManualClock::new(0));
         setup.key_prefix = prefix.clone();
-        setup.clock = tollgate::store::redis::ClockSource::Redis;
+        setup.clock = tollgate::store::redis::options::ClockSource::Redis;
         setup.wall = Arc::new(tollgate::base::clock::SystemClock);
         let store = Arc::new(setup.connect());
         servers.push(start_with_store(RACE, Settings::default().into(), store).await);

@@ -5,7 +5,8 @@
 //! overdraft limit too; outside usage domains a charge that does not fit charges nothing.
 
 use tollgate::base::clock::ManualClock;
-use tollgate::config::{LoadOptions, UsageDomains};
+use tollgate::config::load::LoadOptions;
+use tollgate::config::usage::UsageDomains;
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::RateLimitResponse;
 use tollgate::service::settings::Settings;

@@ -4,9 +4,13 @@
 
 use std::path::{Path, PathBuf};
 
-use tollgate::config::{
-    compile_file, compile_sources, load_path, Config, LoadOptions, UsageDomains,
-};
+use tollgate::config::compile::compile_file;
+
+use tollgate::config::load::{compile_sources, load_path, LoadOptions};
+
+use tollgate::config::Config;
+
+use tollgate::config::usage::UsageDomains;
 
 /// A file that must be rejected: `want` must appear in the message, and `line` is the line a
 /// YAML-level error points at (`None` for rules checked after parsing). A limit's fields checked

@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 use serde_yaml::Value;
-use tollgate::config::xds::{compile_resources, TYPE_URL};
-use tollgate::config::{compile_sources, load_path, Config, Level, LoadOptions};
+use tollgate::config::load::{compile_sources, load_path, LoadOptions};
+use tollgate::config::xds::resource::{compile_resources, TYPE_URL};
+use tollgate::config::{Config, Level};
 use tollgate::pb::rls_conf::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
 };

@@ -11,7 +11,8 @@ use tollgate::base::clock::SystemClock;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::RateLimitResponse;
 use tollgate::service::settings::{FailureMode, Settings};
-use tollgate::store::redis::{ClockSource, RedisStore};
+use tollgate::store::redis::options::ClockSource;
+use tollgate::store::redis::RedisStore;
 
 use crate::support::binary::Binary;
 use crate::support::kit::RedisSetup;

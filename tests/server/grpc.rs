@@ -11,7 +11,8 @@ use crate::support::server::*;
 use tokio::process::Command;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
-use tollgate::algorithm::Mode;
+use tollgate::algorithm::rule::ChargeOutcome;
+use tollgate::algorithm::rule::Mode;
 use tollgate::base::clock::ManualClock;
 use tollgate::pb::rls::rate_limit_response::rate_limit::Unit;
 use tollgate::pb::rls::RateLimitResponse;
@@ -19,9 +20,10 @@ use tollgate::plan::Plan;
 use tollgate::serve::HEALTH_SERVICES;
 use tollgate::service::settings::{FailureMode, HeaderNames, Settings};
 use tollgate::service::validate::Bounds;
+use tollgate::store::error::StoreError;
 use tollgate::store::error::{Cause, Connection};
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::{ChargeOutcome, Store, StoreError};
+use tollgate::store::Store;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 const CONFIG: &str = "\

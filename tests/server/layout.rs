@@ -337,8 +337,11 @@ fn no_files_import_each_other_in_a_loop() {
 #[test]
 fn every_item_has_one_path() {
     // No re-exports: an item is imported from the file that defines it, and only there.
+    // `pb.rs` names the generated packages it holds (`pb::rls` for Envoy's
+    // `envoy.service.ratelimit.v3`): the only path to each of them.
     let found: Vec<String> = src("")
         .iter()
+        .filter(|f| !f.ends_with("pb.rs"))
         .flat_map(|f| {
             let text =
                 super::imports::blank_test_items(&super::imports::blank_comments_and_strings(

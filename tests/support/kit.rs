@@ -15,13 +15,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use tollgate::base::clock::{Clock, ManualClock};
-use tollgate::config::{compile_sources, LoadOptions};
+use tollgate::config::load::{compile_sources, LoadOptions};
 use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
+pub use tollgate::store::any::AnyStore;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::placement::Layout;
-use tollgate::store::redis::{ClockSource, RedisOptions, RedisStore};
-pub use tollgate::store::AnyStore;
+use tollgate::store::redis::options::{ClockSource, RedisOptions};
+use tollgate::store::redis::RedisStore;
 use tollgate::store::Store;
 
 use super::redis::{RedisCluster, RedisServer};

@@ -1,6 +1,8 @@
 //! `CONFIG_TYPE=GRPC_XDS_SOTW`: envoyproxy/ratelimit's xDS variables as `--config-xds-*` flags.
 
-use super::{Builder, CompatError, Get, GetBool};
+use super::{Builder, Get, GetBool};
+
+use crate::cli::compat::error::CompatError;
 
 /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the config from an xDS server (Envoy Gateway's deployment).
 /// The RUNTIME_* variables are not read, as envoyproxy/ratelimit does not in this mode.

@@ -13,9 +13,11 @@ use tonic::metadata::{AsciiMetadataValue, MetadataKey};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use super::super::reload::{ReloadError, ReloadStatus};
-use super::super::{Config, LoadOptions};
-use super::{compile_resources, XdsOptions, XdsState, TYPE_URL};
+use super::super::Config;
+use super::{XdsOptions, XdsState};
 use crate::base::shutdown::Shutdown;
+use crate::config::load::LoadOptions;
+use crate::config::xds::resource::{compile_resources, TYPE_URL};
 use crate::pb::ads::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use crate::pb::ads::{DiscoveryRequest, DiscoveryResponse};
 use crate::pb::core::Node;

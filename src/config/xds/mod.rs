@@ -12,16 +12,14 @@
 //! windows, `shared`, `hierarchical`, leases, domain settings) cannot travel over it. Usage
 //! domains are chosen by name (`--usage-domains`), so they work for xDS-fed domains too.
 
-mod backoff;
-mod client;
-mod resource;
+pub mod backoff;
+pub mod client;
+pub mod resource;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use backoff::Backoff;
-pub use client::{XdsError, XdsSource};
-pub use resource::{compile_resources, ResourceError, TYPE_URL};
+use backoff::Backoff;
 
 /// Where the xDS control plane is and how to talk to it.
 #[derive(Debug, Clone)]
@@ -65,35 +63,6 @@ impl XdsOptions {
     }
 }
 
-/// `k1:v1,k2:v2` (or `k1=v1`, as envoyproxy/ratelimit reads node metadata): pairs split at
-/// the first `:` or `=`; an entry with neither is an error.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Pairs(pub Vec<(String, String)>);
-
-/// Reads [`Pairs`].
-pub fn parse_pairs(text: &str) -> Result<Pairs, PairError> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .map(|entry| {
-            let at = entry
-                .find([':', '='])
-                .filter(|&i| i > 0)
-                .ok_or_else(|| PairError(entry.to_string()))?;
-            Ok((
-                entry[..at].trim().to_string(),
-                entry[at + 1..].trim().to_string(),
-            ))
-        })
-        .collect::<Result<_, _>>()
-        .map(Pairs)
-}
-
-/// A `key:value` list entry without a key or separator.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{0}' is not key:value")]
-pub struct PairError(pub String);
-
 /// What the xDS source last applied, for `/rlconfig`.
 #[derive(Debug, Default)]
 pub struct XdsState {
@@ -112,26 +81,5 @@ impl XdsState {
 
     fn set_version(&self, v: &str) {
         *self.version.lock() = Some(v.to_string());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pairs_split_at_the_first_colon_or_equals() {
-        let p = |s: &str| parse_pairs(s).unwrap().0;
-        assert_eq!(
-            p("k1:v1, k2=v2,url:http://x:1"),
-            [
-                ("k1".into(), "v1".into()),
-                ("k2".into(), "v2".into()),
-                ("url".into(), "http://x:1".into())
-            ]
-        );
-        assert!(p("").is_empty());
-        assert!(parse_pairs("novalue").is_err());
-        assert!(parse_pairs(":v").is_err());
     }
 }

@@ -8,8 +8,10 @@ use prost::Message;
 use super::super::compile::compile_raw;
 use super::super::load::add_domain;
 use super::super::raw::{CheckedLimit, RawFile, RawLimit, RawReplace, RawRule};
-use super::super::{Config, ConfigError, LoadOptions};
-use crate::limit::Unit;
+use super::super::Config;
+use crate::config::error::ConfigError;
+use crate::config::load::LoadOptions;
+use crate::limit::unit::Unit;
 use crate::pb::rls_conf::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy};
 
 /// The type URL of the rate limit config resource.
@@ -51,7 +53,7 @@ pub fn compile_resources(
         let label = label(&resource);
         let mut domain = compile_raw(&label, raw_file(resource), &opts.usage_domains)?;
         if let Some(stats) = &opts.stats {
-            crate::telemetry::stats::name::bind(&mut domain, stats);
+            crate::config::bind::bind(&mut domain, stats);
         }
         add_domain(&mut config, domain, &label, opts)?;
     }
@@ -137,7 +139,7 @@ fn yaml(v: prost_types::Value) -> serde_yaml::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::compile_sources;
+    use crate::config::load::compile_sources;
     use crate::pb::rls_conf::{RateLimitReplace, RateLimitUnit};
 
     fn any(c: &RateLimitConfig) -> prost_types::Any {

@@ -8,12 +8,13 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::client::call_options;
+use super::inner::Inner;
 use super::script::{decode_state, eval, layout, unreadable, Script};
-use super::Inner;
 use crate::limit::Algorithm;
 use crate::plan::Plan;
+use crate::store::error::StoreError;
 use crate::store::placement::{place, Group, Layout, Placed};
-use crate::store::{CounterReading, StoreError};
+use crate::store::CounterReading;
 
 /// What a group's call does.
 #[derive(Clone, Copy, PartialEq, Eq)]

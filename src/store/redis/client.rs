@@ -19,9 +19,10 @@ use fred::types::config::{
 use parking_lot::Mutex;
 
 use super::error::{classify, ConnectError, SOMEWHERE};
-use super::{tls, url, RedisOptions, LATE_REPLY};
+use super::options::{RedisOptions, LATE_REPLY};
+use super::{tls, url};
 use crate::store::error::Cause;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// How long a serving thread that stops waits to say QUIT on its connections.
 const QUIT_WAIT: Duration = Duration::from_millis(500);

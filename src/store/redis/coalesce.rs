@@ -29,10 +29,10 @@ use tokio::time::Instant;
 
 use super::client::call_options;
 use super::error::SOMEWHERE;
+use super::inner::Inner;
 use super::script::{eval, unpack, unreadable, EvalError};
-use super::Inner;
 use crate::store::error::Cause;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// A batch is closed to more calls once it holds this many.
 const MAX_CALLS: usize = 64;

@@ -20,16 +20,19 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::error::SOMEWHERE;
+use super::inner::Inner;
+use super::lease;
 use super::local_cache::Lookup;
+use super::options::LATE_REPLY;
 use super::script::{self, args, parse_reply, CallHead};
-use super::{lease, Inner, LATE_REPLY};
-use crate::algorithm::Mode;
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Mode;
+use crate::algorithm::rule::Verdict;
 use crate::plan::Plan;
-use crate::service::decision::Verdict;
 use crate::store::error::Cause;
+use crate::store::error::StoreError;
 use crate::store::placement::{place, Group, Layout, Placed, PlacedCharge};
 use crate::store::protocol::{Next, Protocol, Refund};
-use crate::store::{ChargeOutcome, StoreError};
 use crate::telemetry::logging;
 use crate::telemetry::metrics::StoreOp;
 

@@ -6,8 +6,8 @@
 use fred::prelude::{Error, ErrorKind, Server};
 
 use crate::base::pem::PemError;
+use crate::store::error::StoreError;
 use crate::store::error::{Cause, Connection};
-use crate::store::StoreError;
 
 /// Options that cannot make a Redis store: the URL, TLS files, or a flag that needs another.
 #[derive(Debug, thiserror::Error)]

@@ -21,7 +21,7 @@ use super::error::classify;
 use super::script::Script;
 use crate::base::log_throttle;
 use crate::store::error::Cause;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 use crate::telemetry::metrics::{Metrics, StoreOp};
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).

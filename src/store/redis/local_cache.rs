@@ -20,9 +20,9 @@ use quick_cache::sync::{Cache, DefaultLifecycle};
 use quick_cache::UnitWeighter;
 
 use crate::algorithm::check_cost;
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Role;
 use crate::limit::{Algorithm, LimitParams};
-use crate::plan::Role;
-use crate::service::decision::ChargeOutcome;
 use crate::store::placement::{Placed, PlacedCharge};
 
 /// Longest time a cached denial is trusted without asking the store again.

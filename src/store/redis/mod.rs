@@ -8,111 +8,54 @@
 //! them, and a group that charged for a request that ends up denied takes its charges back
 //! exactly. That can briefly under-admit, never over-admit.
 //!
-//! One idea per file: the options and the [`Store`] impl here; the fred clients, one per
-//! serving thread ([`client`]); deciding a request, refunds and the caller's deadline
-//! ([`decide`]); sending scripts, many calls' in one `EVALSHA` ([`batch`]); the script's
-//! arguments and replies ([`script`]); leased shared limits ([`lease`]); replica reads
-//! ([`replicas`]); readiness, topology and script loading ([`health`]); a slot being migrated
-//! ([`migration`]); the over-limit cache that lets an exhausted key skip Redis
-//! ([`local_cache`]); URLs ([`url`]) and TLS ([`tls`]).
+//! One idea per file: the [`Store`] impl here; its options ([`options`]); what its parts
+//! share ([`inner`]); the fred clients, one per serving thread ([`client`]); deciding a
+//! request, refunds and the caller's deadline ([`decide`]); a group of leased shared limits
+//! ([`leased`], its units' bookkeeping in [`lease`]); sending scripts, many calls' in one
+//! `EVALSHA` ([`coalesce`]); the script's arguments and replies ([`script`]); the operator's
+//! reads and resets ([`admin`]); replica reads ([`replicas`]); readiness, topology and script
+//! loading ([`health`]); a hash slot being migrated ([`migration`]); the over-limit cache that
+//! lets an exhausted key skip Redis ([`local_cache`]); fred's errors ([`error`]); URLs
+//! ([`url`]) and TLS ([`tls`]).
 
 mod admin;
 mod client;
 mod coalesce;
 mod decide;
-mod error;
+pub mod error;
 mod health;
+mod inner;
 mod lease;
-mod local_cache;
+mod leased;
+pub mod local_cache;
 mod migration;
+pub mod options;
 mod replicas;
 pub mod script;
 mod tls;
-mod url;
+pub mod url;
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use self::client::Clients;
-pub use self::error::ConnectError;
+use self::error::ConnectError;
 use self::health::Health;
+use self::inner::Inner;
 use self::lease::Leases;
-#[doc(hidden)] // For benches/local_cache.rs; not part of the API.
-pub use self::local_cache::LocalCache;
+use self::local_cache::LocalCache;
 use self::migration::Migrations;
+use self::options::{ClockSource, RedisOptions, KEY_FORMAT};
 use self::script::Script;
-pub use self::url::UrlError;
-use super::{ChargeOutcome, CounterReading, Store, StoreError};
-use crate::algorithm::Mode;
+use super::{CounterReading, Store};
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Mode;
 use crate::base::clock::Clock;
 use crate::plan::Plan;
-use crate::telemetry::metrics::Metrics;
-
-/// The format of keys and stored state; part of every key, so a tollgate that changes the
-/// format never reads another format's state (during a rolling upgrade both count apart).
-pub const KEY_FORMAT: &str = "v3:";
-
-/// How long a decision whose caller has gone keeps waiting for Redis's late replies, to take
-/// back what they charged.
-pub(super) const LATE_REPLY: Duration = Duration::from_secs(5);
-
-/// Where "now" comes from for the scripts.
-#[derive(Clone)]
-pub enum ClockSource {
-    /// Redis `TIME` inside the script: every replica of tollgate agrees.
-    Redis,
-    /// This instance's clock (or a test's), passed to the script.
-    Local(Arc<dyn Clock>),
-}
-
-#[derive(Clone)]
-pub struct RedisOptions {
-    /// `redis://`, `rediss://`, `redis-cluster://h:p[,h:p…]`, `redis-sentinel://h:p[,h:p…]/service`.
-    pub url: String,
-    /// Overrides any password in the URL.
-    pub password: Option<String>,
-    /// Prepended to every key (outside the hash tag).
-    pub key_prefix: String,
-    /// Deadline for one decision's Redis work.
-    pub timeout: Duration,
-    /// How long opening one connection (TCP, TLS, AUTH) may take.
-    pub connect_timeout: Duration,
-    pub clock: ClockSource,
-    /// Entries in the local over-limit cache; 0 disables it.
-    pub local_cache_size: usize,
-    /// Where the store counts (round trips, refunds, cache hits).
-    pub metrics: Arc<Metrics>,
-    /// TLS: trust this CA (PEM) instead of the system's roots (`rediss://` URLs).
-    pub ca_file: Option<PathBuf>,
-    /// TLS: present this client certificate and key (PEM) for mutual TLS.
-    pub client_cert: Option<(PathBuf, PathBuf)>,
-    /// Redis Cluster: answer requests that charge nothing (every cost 0) from replicas.
-    pub read_replicas: bool,
-}
+use crate::store::error::StoreError;
 
 pub struct RedisStore {
     inner: Arc<Inner>,
-}
-
-/// What every part of the store shares.
-struct Inner {
-    clients: Clients,
-    health: Health,
-    script: Script,
-    /// `lua/admin.lua`: the operator's reads and resets.
-    admin_script: Script,
-    opts: RedisOptions,
-    /// `key_prefix` + [`KEY_FORMAT`].
-    prefix: String,
-    cache: LocalCache,
-    /// Units of leased shared limits this instance holds ([`lease`]).
-    leases: Leases,
-    /// Slots seen migrating between primaries, and where each is imported.
-    migrations: Migrations,
-    /// The instance clock, for the local cache.
-    wall: Arc<dyn Clock>,
 }
 
 impl Store for RedisStore {
@@ -182,15 +125,5 @@ impl RedisStore {
                 wall,
             }),
         })
-    }
-}
-
-impl Inner {
-    /// The script's `now` argument: `None` when the script reads Redis `TIME`.
-    fn now_arg(&self) -> Option<i64> {
-        match &self.opts.clock {
-            ClockSource::Redis => None,
-            ClockSource::Local(c) => Some(c.now_us() as i64),
-        }
     }
 }

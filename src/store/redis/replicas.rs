@@ -6,9 +6,9 @@ use futures::future::join_all;
 
 use super::client::call_options;
 use super::decide::{Decided, RedisDecision};
+use super::inner::Inner;
 use super::script::{self, args, parse_reply, unpack, CallHead};
-use super::Inner;
-use crate::algorithm::Mode;
+use crate::algorithm::rule::Mode;
 use crate::store::protocol::Protocol;
 use crate::telemetry::metrics::StoreOp;
 

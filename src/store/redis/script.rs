@@ -18,17 +18,18 @@ use super::error::{classify, SOMEWHERE};
 use super::migration::{self, Migrations};
 use crate::algorithm::concurrency::{Held, SlotId, Slots};
 use crate::algorithm::fixed_window::Window;
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Mode;
+use crate::algorithm::rule::Role;
 use crate::algorithm::sliding_window::Log;
 use crate::algorithm::token_bucket::Tat;
-use crate::algorithm::{Landing, Mode, State};
+use crate::algorithm::{Landing, State};
 use crate::base::clock::{Clock, SystemClock};
 use crate::limit::{Algorithm, LimitParams};
-use crate::plan::Role;
-use crate::service::decision::ChargeOutcome;
 use crate::store::error::Cause;
+use crate::store::error::StoreError;
 use crate::store::placement::{Group, PlacedCharge};
 use crate::store::protocol::{GroupAnswer, Refund};
-use crate::store::StoreError;
 
 /// The counts and codes of the script's argument and reply layout.
 pub mod layout {
@@ -440,7 +441,7 @@ pub fn decode_state(params: &LimitParams, raw: &[u8]) -> Option<State> {
 #[cfg(test)]
 mod tests {
     use super::layout;
-    use crate::algorithm::Mode;
+    use crate::algorithm::rule::Mode;
 
     /// The numbers a line `local A, B = 1, 2` of the script gives its names.
     fn lua_locals(names: &str) -> Vec<String> {

@@ -6,8 +6,6 @@
 
 use fred::prelude::{Config, ErrorKind};
 
-use super::error::ConnectError;
-
 /// A Redis URL tollgate cannot use. No variant holds the URL or fred's error, whose message
 /// may quote it: the password never leaves.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,11 +30,7 @@ pub enum UrlError {
 }
 
 /// Turns tollgate's URL forms into fred's.
-pub fn fred_config(url: &str) -> Result<Config, ConnectError> {
-    Ok(parse(url)?)
-}
-
-fn parse(url: &str) -> Result<Config, UrlError> {
+pub fn fred_config(url: &str) -> Result<Config, UrlError> {
     let (scheme, rest) = url.split_once("://").ok_or(UrlError::NoScheme)?;
     let invalid = |e: fred::error::Error| UrlError::Invalid(e.kind().clone());
     if scheme == "redis+unix" {

@@ -21,10 +21,3 @@ pub mod mapper;
 pub mod name;
 pub mod registry;
 pub mod statsd;
-
-pub use registry::Statistics;
-
-/// What multiplies a timer's milliseconds into the unit a mapping exposes.
-fn mapper_scale(mapped: &mapper::Mapped) -> f64 {
-    mapped.scale.unwrap_or(1.0)
-}

@@ -1,7 +1,7 @@
 //! The statistics themselves: counters kept by statsd name, so that a config reload finds
 //! the counters of an unchanged rule again (dashboards never reset), and a timer.
 //!
-//! A compiled limit holds its rule's [`RuleStats`] (see [`super::key`]): counting a decision
+//! A compiled rule holds its [`RuleStats`] (see [`super::name`]): counting a decision
 //! is a few relaxed atomic adds. Names built from request values (`detailed_metric`,
 //! `value_to_metric`, limit overrides, unknown domains) go through [`Statistics::dynamic`],
 //! a map capped at [`MAX_DYNAMIC`] names; past it a rule's hits count under its own key.
@@ -9,6 +9,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use std::borrow::Cow;
 
 use parking_lot::{Mutex, RwLock};
 
@@ -141,7 +143,7 @@ impl StatTimer {
                     .unwrap_or_else(|| DEFAULT_BUCKETS.to_vec()),
                 _ => Vec::new(),
             };
-            let scale = mapped.as_ref().map_or(1.0, super::mapper_scale);
+            let scale = mapped.as_ref().map_or(1.0, mapper_scale);
             TimerShape {
                 buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
                 bounds,
@@ -321,7 +323,7 @@ impl Statistics {
     /// A request for a domain no config declares (`<domain>.domain_not_found`).
     /// envoyproxy/ratelimit counts one per descriptor: `descriptors`.
     pub fn domain_not_found(&self, domain: &str, descriptors: u64) {
-        let domain = super::name::sanitize(domain);
+        let domain = sanitize(domain);
         if let Some(c) = self.domains_not_found.read().get(domain.as_ref()) {
             c.fetch_add(descriptors, Ordering::Relaxed);
             return;
@@ -423,6 +425,28 @@ impl Statistics {
             });
         }
     }
+}
+
+/// envoyproxy/ratelimit's `SanitizeStatName`.
+pub fn sanitize(name: &str) -> Cow<'_, str> {
+    static IPV4: OnceLock<regex::Regex> = OnceLock::new();
+    let ipv4 = IPV4.get_or_init(|| {
+        regex::Regex::new(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
+            .expect("a valid pattern")
+    });
+    if !name.contains([':', '|']) && !ipv4.is_match(name) {
+        return Cow::Borrowed(name);
+    }
+    let replaced = name.replace([':', '|'], "_");
+    Cow::Owned(
+        ipv4.replace_all(&replaced, |c: &regex::Captures<'_>| c[0].replace('.', "_"))
+            .into_owned(),
+    )
+}
+
+/// What multiplies a timer's milliseconds into the unit a mapping exposes.
+fn mapper_scale(mapped: &super::mapper::Mapped) -> f64 {
+    mapped.scale.unwrap_or(1.0)
 }
 
 #[cfg(test)]

@@ -23,10 +23,9 @@ use cadence::prelude::*;
 use cadence::{BufferedUdpMetricSink, StatsdClient};
 use clap::Args;
 
-use super::Statistics;
 use crate::base::duration;
 use crate::base::shutdown::Shutdown;
-use crate::config::xds;
+use crate::telemetry::stats::registry::Statistics;
 
 /// gostats' UDP buffer: no datagram is fragmented.
 const DATAGRAM: usize = 1432;
@@ -46,8 +45,8 @@ pub struct StatsdArgs {
     /// Tags on every statistic sent to --statsd, `k1:v1,k2:v2` (envoyproxy/ratelimit's
     /// EXTRA_TAGS): in the name as gostats writes them (`name.__k1=v1.__k2=v2`), or as
     /// DogStatsD tags with --statsd-dogstatsd.
-    #[arg(long, env = "TOLLGATE_STATSD_TAGS", value_parser = xds::parse_pairs)]
-    pub statsd_tags: Option<xds::Pairs>,
+    #[arg(long, env = "TOLLGATE_STATSD_TAGS", value_parser = crate::base::pairs::parse_pairs)]
+    pub statsd_tags: Option<crate::base::pairs::Pairs>,
     /// Send tags the DogStatsD way (`name:1|c|#k:v`), as envoyproxy/ratelimit's
     /// USE_DOG_STATSD.
     #[arg(long, env = "TOLLGATE_STATSD_DOGSTATSD")]
