@@ -20,7 +20,7 @@ use tollgate::store::redis::options::{ClockSource, RedisOptions};
 use tollgate::store::redis::RedisStore;
 use tollgate::telemetry::logging;
 use tollgate::telemetry::metrics::Metrics;
-use tollgate::telemetry::stats::mapper::Mapper;
+use tollgate::telemetry::stats::mapper::model::Mapper;
 use tollgate::telemetry::stats::registry::Statistics;
 
 /// mimalloc: fewer cycles in malloc/free on the request path than the system allocator.
@@ -106,7 +106,7 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Command::Top(args) => {
-                tollgate::admin::top_page::run(&args).await?;
+                tollgate::cli::top::run(&args).await?;
                 Ok(0)
             }
             Command::Reset(args) => {

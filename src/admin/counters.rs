@@ -251,7 +251,7 @@ fn plan_of<'c>(
         hits_addend: 0,
     };
     validate(&req, bounds).map_err(|e| CounterError::BadSelector(e.to_string()))?;
-    plan(config, &req).map_err(|e| CounterError::BadSelector(e.0))
+    plan(config, &req).map_err(|e| CounterError::BadSelector(e.to_string()))
 }
 
 fn window_text(l: &Limit) -> String {

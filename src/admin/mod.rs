@@ -1,53 +1,34 @@
 //! The HTTP admin server (envoyproxy/ratelimit's port 8080 duties): health probes, the
-//! `/json` decision endpoint and `/rlconfig`; the operator's `/counters` (and, on the write
-//! listener only, `POST /counters/reset`).
+//! `/json` decision endpoint and `/rlconfig`; the operator's `/counters`, `/top` and status
+//! page (behind the token once one is set), and, on the write listener only,
+//! `POST /counters/reset`. This file is the router and the small handlers; what they share
+//! is [`state`], the token check one middleware layer ([`token`]).
 
 pub mod counters;
+pub mod html;
 pub mod json;
+pub mod state;
 pub mod status_page;
 pub mod token;
 pub mod top_page;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, RawQuery, State};
-use axum::http::HeaderMap;
 use axum::http::{header, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
 use crate::admin::counters::{CounterError, Selector};
 use crate::admin::json::{parse_request, render_response};
-use crate::admin::token::AdminToken;
-use crate::config::reload::ReloadStatus;
-use crate::config::xds::XdsState;
-use crate::config::Config;
+use crate::admin::state::{AdminState, Readiness};
 use crate::pb::rls::rate_limit_response::Code;
-use crate::service::{CallError, RateLimiter};
+use crate::service::error::CallError;
 use crate::store::Store;
-
-pub struct AdminState<S> {
-    pub limiter: Arc<RateLimiter<S>>,
-    pub config: Arc<ArcSwap<Config>>,
-    pub reload_status: Arc<ReloadStatus>,
-    /// Readiness as the health task last saw it.
-    pub ready: Arc<AtomicBool>,
-    /// Readiness also needs a config with at least one domain.
-    pub ready_needs_config: bool,
-    /// The xDS server and what it last sent, when the config comes over xDS.
-    pub xds: Option<(String, Arc<XdsState>)>,
-    /// `/metrics` is also served here (envoyproxy/ratelimit's `PROMETHEUS_PATH`).
-    pub metrics_path: String,
-    /// `--admin-token-file`: required by the write listener and, when set, by the endpoints
-    /// that reveal tenants and usage.
-    pub token: Option<Arc<AdminToken>>,
-    /// Where the config comes from, as the status page names it.
-    pub config_source: String,
-}
 
 /// Every admin route's path (`--metrics-path` must be another).
 pub const ROUTES: [&str; 8] = [
@@ -64,22 +45,29 @@ pub const ROUTES: [&str; 8] = [
 /// The admin routes; `POST /json` (it charges real counters with caller-chosen hits) only
 /// with `json`.
 pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool, ui: bool) -> Router {
+    // What reveals tenants and usage: behind the token, once one is set.
+    let reads = Router::new()
+        .route("/counters", get(counters_endpoint::<S>))
+        .route("/top", get(crate::admin::top_page::endpoint::<S>));
+    let reads = if ui {
+        reads.route("/", get(status_page::<S>))
+    } else {
+        reads
+    };
+    let reads = reads.route_layer(middleware::from_fn_with_state(
+        state.token.clone(),
+        token::guard_reads,
+    ));
     let router = Router::new()
         .route("/healthcheck", get(healthcheck::<S>))
         .route("/readyz", get(readyz::<S>))
         .route("/healthz", get(|| async { "OK" }))
         .route("/rlconfig", get(rlconfig::<S>))
-        .route("/counters", get(counters_endpoint::<S>))
-        .route("/top", get(crate::admin::top_page::endpoint::<S>))
-        .route("/metrics", get(metrics::<S>));
+        .route("/metrics", get(metrics::<S>))
+        .merge(reads);
     let router = match state.metrics_path.as_str() {
         "/metrics" | "" => router,
         path => router.route(path, get(metrics::<S>)),
-    };
-    let router = if ui {
-        router.route("/", get(status_page::<S>))
-    } else {
-        router
     };
     let router = if json {
         router.route("/json", post(json_endpoint::<S>))
@@ -94,25 +82,11 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool, ui: bool) -> Rout
 pub fn write_router<S: Store>(state: Arc<AdminState<S>>) -> Router {
     Router::new()
         .route("/counters/reset", post(reset_endpoint::<S>))
+        .route_layer(middleware::from_fn_with_state(
+            state.token.clone(),
+            token::guard_writes,
+        ))
         .with_state(state)
-}
-
-/// `None` when `headers` may see tenants and usage; else the 401 to answer.
-pub(crate) fn refused<S>(st: &AdminState<S>, headers: &HeaderMap) -> Option<Response> {
-    match &st.token {
-        Some(token) if !token.allows(headers) => Some(
-            (
-                StatusCode::UNAUTHORIZED,
-                [(
-                    header::WWW_AUTHENTICATE,
-                    "Basic realm=\"tollgate\", charset=\"UTF-8\"",
-                )],
-                "this endpoint needs the admin token: Authorization: Bearer <token>\n",
-            )
-                .into_response(),
-        ),
-        _ => None,
-    }
 }
 
 fn counter_error(e: CounterError) -> Response {
@@ -142,12 +116,8 @@ fn descriptor_json(sel: &Selector) -> serde_json::Value {
 /// The status page; `?domain=…&key=…&value=…` fills its counter lookup.
 async fn status_page<S: Store>(
     State(st): State<Arc<AdminState<S>>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Some(r) = refused(&st, &headers) {
-        return r;
-    }
     let input = crate::admin::status_page::PageInput {
         lookup: query.as_deref().filter(|q| q.contains("domain=")),
     };
@@ -166,12 +136,8 @@ async fn status_page<S: Store>(
 /// stands; never writes.
 async fn counters_endpoint<S: Store>(
     State(st): State<Arc<AdminState<S>>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
-    if let Some(r) = refused(&st, &headers) {
-        return r;
-    }
     let sel = match counters::parse_query(query.as_deref().unwrap_or("")) {
         Ok(s) => s,
         Err(e) => return counter_error(e),
@@ -193,19 +159,9 @@ async fn counters_endpoint<S: Store>(
 async fn reset_endpoint<S: Store>(
     State(st): State<Arc<AdminState<S>>>,
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Response {
-    let allowed = st.token.as_ref().is_some_and(|t| t.allows(&headers));
-    if !allowed {
-        tracing::warn!(%peer, "counter reset refused: no valid admin token");
-        return (
-            StatusCode::UNAUTHORIZED,
-            "resets need the admin token: Authorization: Bearer <token>\n",
-        )
-            .into_response();
-    }
     let query = match query.filter(|q| !q.is_empty()) {
         Some(q) => q,
         None => String::from_utf8_lossy(&body).into_owned(),
@@ -266,26 +222,16 @@ async fn healthcheck<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response
 /// Readiness with its reason: `NOT READY: redis 127.0.0.1:6390: connection refused`; a ready
 /// store with a risk adds a `warning:` line.
 async fn readyz<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
-    let store = st.limiter.store();
-    if st.ready.load(Ordering::Relaxed) {
-        let body = match store.warning() {
-            Some(w) => format!("OK\nwarning: {w}\n"),
-            None => "OK\n".to_string(),
-        };
-        (StatusCode::OK, body).into_response()
-    } else {
-        let reason = match store.reason() {
-            Some(r) => r.to_string(),
-            None if st.ready_needs_config && st.config.load().domains.is_empty() => {
-                "no config with a domain loaded yet (--ready-needs-config)".to_string()
-            }
-            None => "shutting down".to_string(),
-        };
-        (
+    match st.readiness() {
+        Readiness::Ready { warning: Some(w) } => {
+            (StatusCode::OK, format!("OK\nwarning: {w}\n")).into_response()
+        }
+        Readiness::Ready { warning: None } => (StatusCode::OK, "OK\n").into_response(),
+        Readiness::NotReady(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("NOT READY: {reason}\n"),
         )
-            .into_response()
+            .into_response(),
     }
 }
 
@@ -350,10 +296,15 @@ async fn json_endpoint<S: Store>(State(st): State<Arc<AdminState<S>>>, body: Byt
             )
                 .into_response()
         }
-        Err(CallError::InvalidArgument(m)) => (StatusCode::BAD_REQUEST, m).into_response(),
-        Err(CallError::Unavailable(m) | CallError::Overloaded(m)) => {
-            (StatusCode::SERVICE_UNAVAILABLE, m).into_response()
+        Err(e) => {
+            let status = match e {
+                CallError::Invalid(_) => StatusCode::BAD_REQUEST,
+                CallError::Unavailable(_) | CallError::Overloaded(_) => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                CallError::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+            };
+            (status, e.to_string()).into_response()
         }
-        Err(CallError::DeadlineExceeded(m)) => (StatusCode::GATEWAY_TIMEOUT, m).into_response(),
     }
 }

@@ -5,31 +5,16 @@
 //!
 //! One HTML document rendered here: the style is inline, nothing is fetched (no script, font
 //! or image), so it reads the same without JavaScript, offline and behind any proxy. Every
-//! value that came from a config or a caller goes through [`esc`]; descriptor values also
+//! value that came from a config or a caller goes through `html::esc`; descriptor values also
 //! through the log's length bound.
 
 use std::fmt::Write as _;
 
 use crate::admin::counters::{self, CounterView, Selector};
-use crate::admin::AdminState;
+use crate::admin::html::esc;
+use crate::admin::state::{AdminState, Readiness};
 use crate::config::Config;
 use crate::store::Store;
-
-/// `s` safe inside HTML text and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 const STYLE: &str = "\
 body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:0;background:#f6f7f9;color:#1d2430}\
@@ -72,27 +57,21 @@ pub async fn render<S: Store>(st: &AdminState<S>, input: PageInput<'_>) -> Strin
 }
 
 fn header<S: Store>(st: &AdminState<S>, page: &mut String) {
-    let store = st.limiter.store();
-    let ready = st.ready.load(std::sync::atomic::Ordering::Relaxed);
     page.push_str("<header><h1>tollgate</h1>");
-    if ready {
-        page.push_str("<span class=\"badge ok\" id=\"readiness\">READY</span>");
-        if let Some(w) = store.warning() {
-            let _ = write!(page, "<span>warning: {}</span>", esc(&w));
-        }
-    } else {
-        let why = match store.reason() {
-            Some(r) => r.to_string(),
-            None if st.ready_needs_config && st.config.load().domains.is_empty() => {
-                "no config with a domain loaded yet (--ready-needs-config)".into()
+    match st.readiness() {
+        Readiness::Ready { warning } => {
+            page.push_str("<span class=\"badge ok\" id=\"readiness\">READY</span>");
+            if let Some(w) = warning {
+                let _ = write!(page, "<span>warning: {}</span>", esc(&w));
             }
-            None => "shutting down".into(),
-        };
-        let _ = write!(
-            page,
-            "<span class=\"badge bad\" id=\"readiness\">NOT READY</span><span>{}</span>",
-            esc(&why)
-        );
+        }
+        Readiness::NotReady(why) => {
+            let _ = write!(
+                page,
+                "<span class=\"badge bad\" id=\"readiness\">NOT READY</span><span>{}</span>",
+                esc(&why)
+            );
+        }
     }
     page.push_str("</header>");
 }

@@ -7,9 +7,14 @@
 //! `WWW-Authenticate: Basic`. The comparison takes the same time wherever the first wrong byte
 //! is (only the length can be learned from timing).
 
+use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 
-use axum::http::HeaderMap;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 
 /// The token, as read from its file (surrounding whitespace trimmed).
 pub struct AdminToken {
@@ -65,6 +70,46 @@ impl AdminToken {
         }
         false
     }
+}
+
+/// The layer in front of what reveals tenants and usage: with a token set, a request without
+/// it gets a `401` with a Basic challenge (a browser then asks for the token as a password).
+pub async fn guard_reads(
+    State(token): State<Option<Arc<AdminToken>>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    match &token {
+        Some(t) if !t.allows(req.headers()) => (
+            StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"tollgate\", charset=\"UTF-8\"",
+            )],
+            "this endpoint needs the admin token: Authorization: Bearer <token>\n",
+        )
+            .into_response(),
+        _ => next.run(req).await,
+    }
+}
+
+/// The layer in front of the write listener: the token is always required (the listener does
+/// not start without one), and a refusal is logged with the peer's address.
+pub async fn guard_writes(
+    State(token): State<Option<Arc<AdminToken>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if token.as_ref().is_some_and(|t| t.allows(req.headers())) {
+        return next.run(req).await;
+    }
+    tracing::warn!(%peer, "counter reset refused: no valid admin token");
+    (
+        StatusCode::UNAUTHORIZED,
+        "resets need the admin token: Authorization: Bearer <token>\n",
+    )
+        .into_response()
 }
 
 /// Equal, in time that depends only on the lengths.

@@ -7,6 +7,7 @@
 //! flag is not generated). Variables tollgate does not implement are named once at startup;
 //! ones whose silent omission would change answers or security are errors.
 
+mod args;
 pub mod error;
 mod stats;
 mod tracing;
@@ -14,6 +15,7 @@ mod xds;
 
 use std::ffi::OsString;
 
+use self::args::{Builder, Get, GetBool};
 use self::error::CompatError;
 
 /// Whether argv[0] asks for envoyproxy/ratelimit's interface.
@@ -230,9 +232,6 @@ pub fn translate(
     })
 }
 
-pub(crate) type Get<'a> = dyn Fn(&str) -> Option<String> + 'a;
-pub(crate) type GetBool<'a> = dyn Fn(&str) -> Result<Option<bool>, CompatError> + 'a;
-
 /// `CONFIG_TYPE=FILE`: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, every file in it.
 fn runtime_directory(t: &mut Builder, get: &Get, flag_bool: &GetBool) -> Result<(), CompatError> {
     let root = get("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
@@ -255,33 +254,6 @@ fn runtime_directory(t: &mut Builder, get: &Get, flag_bool: &GetBool) -> Result<
     // of the root, or the directory); tollgate re-reads the directory either way.
     flag_bool("RUNTIME_WATCH_ROOT")?;
     Ok(())
-}
-
-pub(crate) struct Builder<'e> {
-    env: &'e dyn Fn(&str) -> Option<String>,
-    args: Vec<OsString>,
-    notes: Vec<String>,
-}
-
-impl Builder<'_> {
-    /// `--flag value`, unless `TOLLGATE_<FLAG>` is set (it wins).
-    pub(crate) fn flag(&mut self, flag: &str, value: &str) {
-        if !self.overridden(flag) {
-            self.args.push(format!("--{flag}={value}").into());
-        }
-    }
-
-    /// `--flag` for `Some(true)`.
-    pub(crate) fn switch(&mut self, flag: &str, on: Option<bool>) {
-        if on == Some(true) && !self.overridden(flag) {
-            self.args.push(format!("--{flag}").into());
-        }
-    }
-
-    fn overridden(&self, flag: &str) -> bool {
-        let var = format!("TOLLGATE_{}", flag.replace('-', "_").to_ascii_uppercase());
-        (self.env)(&var).is_some()
-    }
 }
 
 /// `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_URL`, `REDIS_AUTH`, `REDIS_SENTINEL_AUTH` and

@@ -4,6 +4,7 @@
 pub mod compat;
 pub mod counters;
 pub mod query;
+pub mod top;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,7 +57,7 @@ pub enum Command {
     /// Reset a descriptor's counters on purpose (POST /counters/reset on the write listener).
     Reset(crate::cli::counters::ResetArgs),
     /// Who is being limited right now, from one instance or several (GET /top).
-    Top(crate::admin::top_page::TopArgs),
+    Top(crate::cli::top::TopArgs),
 }
 
 #[derive(Debug, Args)]

@@ -19,7 +19,7 @@ use counter_key::tag_of;
 use crate::algorithm::concurrency::SlotId;
 use crate::algorithm::rule::Role;
 use crate::config::{Config, Pattern, Rule};
-use crate::limit::unit::{proto_unit_name, Unit};
+use crate::limit::unit::Unit;
 use crate::limit::Limit;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
@@ -104,8 +104,23 @@ impl PlannedCharge<'_> {
 
 /// A request the plan cannot be built for (the caller's fault: `INVALID_ARGUMENT`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct PlanError(pub String);
+pub enum PlanError {
+    #[error("descriptor {descriptor}: hits {hits} is more than domain '{domain}' allows (max_hits: {max})")]
+    OverMaxHits {
+        descriptor: usize,
+        hits: u64,
+        domain: String,
+        max: u64,
+    },
+    /// The override's unit as the request numbers it (0 is `UNKNOWN`).
+    #[error(
+        "descriptor {descriptor}: limit override has unit {}; expected SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR",
+        if *.unit == 0 { "UNKNOWN".to_string() } else { .unit.to_string() }
+    )]
+    OverrideUnit { descriptor: usize, unit: i32 },
+    #[error("descriptor {descriptor}: limit override must have requests_per_unit of at least 1")]
+    OverrideZero { descriptor: usize },
+}
 
 /// A limit found for a descriptor before `replaces` is applied.
 struct Candidate<'c> {
@@ -151,11 +166,12 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
     };
     if let Some(max) = domain.policy.max_hits {
         if let Some(i) = (0..n).find(|&i| cost_of(i) > max) {
-            return Err(PlanError(format!(
-                "descriptor {i}: hits {} is more than domain '{}' allows (max_hits: {max})",
-                cost_of(i),
-                domain.name
-            )));
+            return Err(PlanError::OverMaxHits {
+                descriptor: i,
+                hits: cost_of(i),
+                domain: domain.name.clone(),
+                max,
+            });
         }
     }
     let mut paths: Vec<Vec<&'c Rule>> = Vec::with_capacity(n);
@@ -313,15 +329,10 @@ fn match_path<'c>(root: &'c crate::config::Level, d: &RateLimitDescriptor) -> Ve
 
 fn check_override(descriptor: usize, requests_per_unit: u32, unit: i32) -> Result<Unit, PlanError> {
     let Some(unit) = Unit::from_proto(unit) else {
-        return Err(PlanError(format!(
-            "descriptor {descriptor}: limit override has unit {}; expected SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR",
-            if unit == 0 { proto_unit_name(unit).to_string() } else { unit.to_string() }
-        )));
+        return Err(PlanError::OverrideUnit { descriptor, unit });
     };
     if requests_per_unit == 0 {
-        return Err(PlanError(format!(
-            "descriptor {descriptor}: limit override must have requests_per_unit of at least 1"
-        )));
+        return Err(PlanError::OverrideZero { descriptor });
     }
     Ok(unit)
 }

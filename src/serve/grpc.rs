@@ -28,8 +28,9 @@ use prost::Message;
 use tower::ServiceExt;
 
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
+use crate::service::error::CallError;
 use crate::service::validate::{Bounds, ValidationError};
-use crate::service::{CallError, RateLimiter};
+use crate::service::RateLimiter;
 use crate::store::Store;
 use crate::telemetry::logging;
 
@@ -107,9 +108,7 @@ async fn should_rate_limit<S: Store>(
         None => traced(decide, &span).await,
         Some(at) => match tokio::time::timeout_at(at, traced(decide, &span)).await {
             Ok(decided) => decided,
-            Err(_) => Err(CallError::DeadlineExceeded(
-                "the caller's grpc-timeout passed before a decision".into(),
-            )),
+            Err(_) => Err(CallError::DeadlineExceeded),
         },
     };
     logging::end(span, || match &decided {

@@ -7,6 +7,7 @@
 //! and in-flight calls finish.
 
 pub mod grpc;
+pub mod slots;
 pub mod threads;
 pub mod transport;
 
@@ -24,7 +25,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
-use crate::admin::{self, AdminState};
+use crate::admin;
+use crate::admin::state::AdminState;
 use crate::base::clock::SystemClock;
 use crate::base::shutdown::Shutdown;
 use crate::config::load::{compile_sources, read_sources, LoadOptions};
@@ -285,7 +287,7 @@ async fn start_serving(
         move |accepted: threads::Accepted| {
             let routes = tonic::service::Routes::new(health_service.clone()).add_service(
                 crate::pb::tollgate::slots::v1::slots_server::SlotsServer::new(
-                    crate::service::slots::SlotsService::new(limiter.clone()),
+                    crate::serve::slots::SlotsService::new(limiter.clone()),
                 ),
             );
             let calls = Calls::new(limiter.clone(), routes);

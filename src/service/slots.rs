@@ -1,23 +1,19 @@
-//! Concurrency slots at the edges: their ids, how a release reaches the service, and the
-//! `tollgate.slots.v1.Slots` gRPC service for direct callers.
+//! Concurrency slots at the edges: their ids, and how a release reaches the service.
 //!
 //! A request that is OK and reaches `algorithm: concurrency` limits takes slots under a fresh
 //! id ([`new_id`]). The id comes back in the response's dynamic metadata ([`SLOT_KEY`]; Envoy
 //! keeps it under `envoy.filters.http.ratelimit`), and a release names it: a descriptor whose
 //! last entry is [`RELEASE_KEY`]`=<id>` (what Envoy's `metadata` action sends on the call made
 //! when the stream is done) frees what that id holds on the concurrency limits the rest of the
-//! descriptor reaches, and charges nothing. Direct callers use [`SlotsService`]: acquire,
-//! release, renew.
+//! descriptor reaches, and charges nothing. Direct callers use the `tollgate.slots.v1.Slots`
+//! gRPC service (`serve::slots`): acquire, release, renew.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use crate::algorithm::concurrency::SlotId;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
-use crate::pb::tollgate::slots::v1 as pb;
-use crate::service::{CallError, RateLimiter};
-use crate::store::Store;
 
 /// The dynamic metadata field holding the id of the slots a request took.
 pub const SLOT_KEY: &str = "tollgate.slot";
@@ -57,14 +53,19 @@ pub fn format_id(id: SlotId) -> String {
     format!("{:013x}{:013x}", id.0, id.1)
 }
 
+/// A release that cannot be one (`INVALID_ARGUMENT`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    /// Not an id an acquire returned (shown printable).
+    #[error("invalid slot id '{0}': expected the {ID_DIGITS} hex digits an acquire returned")]
+    BadId(String),
+    #[error("a request releases one slot id; found two")]
+    TwoIds,
+}
+
 /// An id a caller sent back.
-pub fn parse_id(text: &str) -> Result<SlotId, CallError> {
-    let bad = || {
-        CallError::InvalidArgument(format!(
-            "invalid slot id '{}': expected the {ID_DIGITS} hex digits an acquire returned",
-            crate::base::log_throttle::printable(text)
-        ))
-    };
+pub fn parse_id(text: &str) -> Result<SlotId, ReleaseError> {
+    let bad = || ReleaseError::BadId(crate::base::log_throttle::printable(text));
     if text.len() != ID_DIGITS || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
@@ -78,7 +79,7 @@ pub fn parse_id(text: &str) -> Result<SlotId, CallError> {
 
 /// The release in a request: the id its release descriptors name and their indexes, or
 /// `None` when it has none. Two different ids in one request are refused.
-pub fn release_of(req: &RateLimitRequest) -> Result<Option<(SlotId, Vec<usize>)>, CallError> {
+pub fn release_of(req: &RateLimitRequest) -> Result<Option<(SlotId, Vec<usize>)>, ReleaseError> {
     let mut found: Option<(SlotId, Vec<usize>)> = None;
     for (i, d) in req.descriptors.iter().enumerate() {
         let Some(last) = d.entries.last().filter(|e| e.key == RELEASE_KEY) else {
@@ -88,11 +89,7 @@ pub fn release_of(req: &RateLimitRequest) -> Result<Option<(SlotId, Vec<usize>)>
         match &mut found {
             None => found = Some((id, vec![i])),
             Some((first, at)) if *first == id => at.push(i),
-            Some(_) => {
-                return Err(CallError::InvalidArgument(
-                    "a request releases one slot id; found two".into(),
-                ))
-            }
+            Some(_) => return Err(ReleaseError::TwoIds),
         }
     }
     Ok(found)
@@ -119,92 +116,4 @@ pub fn split_release(
         }
     }
     (released, rest)
-}
-
-/// `tollgate.slots.v1.Slots`: acquire, release and renew for callers that are not Envoy.
-pub struct SlotsService<S> {
-    limiter: Arc<RateLimiter<S>>,
-}
-
-impl<S> SlotsService<S> {
-    pub fn new(limiter: Arc<RateLimiter<S>>) -> SlotsService<S> {
-        SlotsService { limiter }
-    }
-}
-
-fn now_ms() -> u64 {
-    crate::base::clock::Clock::now_us(&crate::base::clock::SystemClock) / 1000
-}
-
-#[tonic::async_trait]
-impl<S: Store> pb::slots_server::Slots for SlotsService<S> {
-    async fn acquire(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<pb::AcquireResponse>, tonic::Status> {
-        let started = now_ms();
-        let decision = self
-            .limiter
-            .should_rate_limit(request.get_ref())
-            .await
-            .map_err(tonic::Status::from)?;
-        let field = |key: &str| {
-            decision
-                .dynamic_metadata
-                .as_ref()
-                .and_then(|m| m.fields.get(key))
-                .and_then(|v| v.kind.clone())
-        };
-        use prost_types::value::Kind;
-        let slot_id = match field(SLOT_KEY) {
-            Some(Kind::StringValue(s)) => s,
-            _ => String::new(),
-        };
-        let expires_at_unix_ms = match field(SLOT_LEASE_KEY) {
-            Some(Kind::NumberValue(ms)) if !slot_id.is_empty() => started + ms as u64,
-            _ => 0,
-        };
-        Ok(tonic::Response::new(pb::AcquireResponse {
-            decision: Some(decision),
-            slot_id,
-            expires_at_unix_ms,
-        }))
-    }
-
-    async fn release(
-        &self,
-        request: tonic::Request<pb::SlotRequest>,
-    ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
-        self.slots(request.into_inner(), crate::algorithm::rule::Mode::Release)
-            .await
-    }
-
-    async fn renew(
-        &self,
-        request: tonic::Request<pb::SlotRequest>,
-    ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
-        self.slots(request.into_inner(), crate::algorithm::rule::Mode::Renew)
-            .await
-    }
-}
-
-impl<S: Store> SlotsService<S> {
-    async fn slots(
-        &self,
-        r: pb::SlotRequest,
-        mode: crate::algorithm::rule::Mode,
-    ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
-        let id = parse_id(&r.slot_id)?;
-        let req = RateLimitRequest {
-            domain: r.domain,
-            descriptors: r.descriptors,
-            hits_addend: 0,
-        };
-        let started = now_ms();
-        let done = self.limiter.slots(&req, id, mode).await?;
-        Ok(tonic::Response::new(pb::SlotResponse {
-            limits: done.limits,
-            expires_at_unix_ms: done.lease_us.map_or(0, |us| started + us / 1000),
-        }))
-    }
 }

@@ -265,7 +265,7 @@ fn yaml(domain: &str, rules: &[RuleSpec]) -> String {
 }
 
 /// Everything an answer says, as comparable text.
-fn answer(r: &Result<RateLimitResponse, tollgate::service::CallError>) -> String {
+fn answer(r: &Result<RateLimitResponse, tollgate::service::error::CallError>) -> String {
     match r {
         Err(e) => format!("error {e:?}"),
         Ok(resp) => {

@@ -12,8 +12,8 @@ use tollgate::pb::common::rate_limit_descriptor::{Entry, RateLimitOverride};
 use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
+use tollgate::service::error::CallError;
 use tollgate::service::settings::Settings;
-use tollgate::service::CallError;
 
 use crate::support::kit::{for_every_store, limiter, store, StoreKind};
 
@@ -209,7 +209,7 @@ async fn run(kind: StoreKind, case: Case) -> Vec<String> {
                 }
             },
             Reject(r, text) => match rl.should_rate_limit(&r).await {
-                Err(CallError::InvalidArgument(m)) if m.contains(text) => {}
+                Err(e @ CallError::Invalid(_)) if e.to_string().contains(text) => {}
                 other => failures.push(format!(
                     "{at}: got {other:?}, want INVALID_ARGUMENT containing {text:?}"
                 )),

@@ -18,9 +18,10 @@ use tollgate::pb::common::RateLimitDescriptor;
 use tollgate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use tollgate::pb::tollgate::slots::v1::slots_client::SlotsClient;
 use tollgate::pb::tollgate::slots::v1::SlotRequest;
+use tollgate::service::answer::SlotsDone;
 use tollgate::service::settings::Settings;
 use tollgate::service::slots::{format_id, parse_id, RELEASE_KEY, SLOT_KEY};
-use tollgate::service::{RateLimiter, SlotsDone};
+use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
 use crate::support::kit::{

@@ -213,6 +213,7 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
             "pb",
             "base",
             "telemetry",
+            "algorithm",
             "config",
             "store",
             "service",

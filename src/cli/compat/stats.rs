@@ -3,7 +3,7 @@
 //! (`PROMETHEUS_PATH`); `USE_STATSD` / `USE_DOG_STATSD` with `STATSD_HOST`, `STATSD_PORT`,
 //! `STATS_FLUSH_INTERVAL` and `EXTRA_TAGS` as the statsd sink's flags.
 
-use super::{Builder, Get, GetBool};
+use super::args::{Builder, Get, GetBool};
 
 use crate::cli::compat::error::CompatError;
 

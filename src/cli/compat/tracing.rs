@@ -7,7 +7,7 @@
 //! endpoint is the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or `…_TRACES_ENDPOINT`,
 //! `OTEL_EXPORTER_OTLP_HEADERS`), which tollgate's OpenTelemetry SDK reads as Go's does.
 
-use super::{Builder, Get, GetBool};
+use super::args::{Builder, Get, GetBool};
 
 use crate::cli::compat::error::CompatError;
 

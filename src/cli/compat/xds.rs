@@ -1,6 +1,6 @@
 //! `CONFIG_TYPE=GRPC_XDS_SOTW`: envoyproxy/ratelimit's xDS variables as `--config-xds-*` flags.
 
-use super::{Builder, Get, GetBool};
+use super::args::{Builder, Get, GetBool};
 
 use crate::cli::compat::error::CompatError;
 

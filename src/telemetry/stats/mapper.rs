@@ -45,165 +45,17 @@
 //! Unicode.
 
 mod glob;
+pub mod kind;
+pub mod model;
 mod parse;
 #[cfg(test)]
 mod tests;
 
 use std::sync::OnceLock;
 
-use glob::{GlobPattern, Template};
-
-/// What kind of statistic a name belongs to, for `match_metric_type` (`counter`, `gauge`,
-/// `observer` or its old name `timer`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StatKind {
-    Counter,
-    Gauge,
-    Timer,
-}
-
-impl StatKind {
-    const ALL: [StatKind; 3] = [StatKind::Counter, StatKind::Gauge, StatKind::Timer];
-
-    fn index(self) -> usize {
-        match self {
-            StatKind::Counter => 0,
-            StatKind::Gauge => 1,
-            StatKind::Timer => 2,
-        }
-    }
-}
-
-/// How a timer (observer) is exposed: `timer_type`/`observer_type`. Without one (in the
-/// mapping or in `defaults:`), statsd_exporter makes a summary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum TimerType {
-    #[default]
-    Summary,
-    Histogram,
-}
-
-/// One of a summary's quantiles: `{quantile: 0.99, error: 0.001}`.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SummaryQuantile {
-    #[serde(default)]
-    pub quantile: f64,
-    #[serde(default)]
-    pub error: f64,
-}
-
-/// Prometheus's default histogram buckets (client_golang's `DefBuckets`), statsd_exporter's
-/// default when neither the mapping nor `defaults:` gives buckets.
-pub const DEFAULT_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// statsd_exporter's default summary quantiles (quantile, allowed error).
-pub const DEFAULT_QUANTILES: [SummaryQuantile; 3] = [
-    SummaryQuantile {
-        quantile: 0.5,
-        error: 0.05,
-    },
-    SummaryQuantile {
-        quantile: 0.9,
-        error: 0.01,
-    },
-    SummaryQuantile {
-        quantile: 0.99,
-        error: 0.001,
-    },
-];
-
-/// A mapping file, read and compiled once; [`Mapper::map`] is then a lookup.
-#[derive(Debug)]
-pub struct Mapper {
-    mappings: Vec<CompiledMapping>,
-    /// For each [`StatKind`] (by [`StatKind::index`]), the globs that can match it, in the
-    /// order they are tried (see [`glob::order_globs`]).
-    globs: [Vec<GlobCandidate>; 3],
-    /// The regex mappings, by index into `mappings`, in file order.
-    regexes: Vec<usize>,
-    glob_disable_ordering: bool,
-    /// What a statistic no mapping matched gets: `defaults:`' timer type and its options.
-    unmatched: Options,
-}
-
-/// A glob as tried for one kind: its pattern and the mapping a match selects.
-#[derive(Debug)]
-struct GlobCandidate {
-    pattern: GlobPattern,
-    mapping: usize,
-}
-
-/// One mapping of the file, checked and with its defaults applied.
-#[derive(Debug)]
-struct CompiledMapping {
-    matcher: Matcher,
-    drop: bool,
-    name: Template,
-    labels: Vec<(String, Template)>,
-    options: Options,
-    help: Option<String>,
-    scale: Option<f64>,
-}
-
-#[derive(Debug)]
-enum Matcher {
-    Glob,
-    Regex {
-        regex: regex::Regex,
-        kind: Option<StatKind>,
-    },
-}
-
-/// A mapping's timer settings after `defaults:`.
-#[derive(Debug, Clone, PartialEq)]
-struct Options {
-    timer_type: TimerType,
-    buckets: Vec<f64>,
-    quantiles: Vec<SummaryQuantile>,
-}
-
-/// What [`Mapper::map`] makes of a statistic.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Mapping {
-    /// `action: drop`, or a name that maps (or escapes) to nothing: not exposed.
-    Drop,
-    Metric(Mapped),
-}
-
-/// A statistic's Prometheus series.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mapped {
-    /// A valid Prometheus metric name (escaped as statsd_exporter escapes it).
-    pub name: String,
-    /// In the mapping's order; values as substituted (any text).
-    pub labels: Vec<(String, String)>,
-    pub timer_type: TimerType,
-    /// The histogram's buckets when `timer_type` is [`TimerType::Histogram`] (the mapping's,
-    /// else `defaults:`', else [`DEFAULT_BUCKETS`]); `None` for a summary.
-    pub buckets: Option<Vec<f64>>,
-    /// The summary's quantiles when `timer_type` is [`TimerType::Summary`] (the mapping's, else
-    /// `defaults:`', else [`DEFAULT_QUANTILES`]); `None` for a histogram.
-    pub quantiles: Option<Vec<SummaryQuantile>>,
-    /// The mapping's `help`, if it has a non-empty one.
-    pub help: Option<String>,
-    /// The mapping's `scale`: statsd_exporter multiplies every value by it.
-    pub scale: Option<f64>,
-    /// False when no mapping matched and `name` is the statistic's name escaped.
-    pub matched: bool,
-}
-
-/// A mapping file that cannot be used: which file, which line (of the YAML error, or of the
-/// mapping at fault, when known), what.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}{}: {message}", .line.map(|l| format!(":{l}")).unwrap_or_default())]
-pub struct MapperError {
-    pub file: String,
-    pub line: Option<usize>,
-    pub message: String,
-}
+use glob::Template;
+use kind::StatKind;
+use model::{Mapped, Mapper, MapperError, Mapping, Matcher};
 
 impl Mapper {
     /// Reads a mapping file's text; `file` names it in errors.
@@ -301,23 +153,6 @@ enum Found<'n> {
     /// The name's components under the glob's `*`s, in order.
     Glob(Vec<&'n str>),
     Regex(regex::Captures<'n>),
-}
-
-impl Options {
-    /// A [`Mapped`] with these options and nothing else.
-    fn exposed(&self) -> Mapped {
-        let histogram = self.timer_type == TimerType::Histogram;
-        Mapped {
-            name: String::new(),
-            labels: Vec::new(),
-            timer_type: self.timer_type,
-            buckets: histogram.then(|| self.buckets.clone()),
-            quantiles: (!histogram).then(|| self.quantiles.clone()),
-            help: None,
-            scale: None,
-            matched: false,
-        }
-    }
 }
 
 /// statsd_exporter's escaping of a metric name: every character but ASCII letters, digits and

@@ -14,7 +14,9 @@ use std::borrow::Cow;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::mapper::{Mapper, Mapping, StatKind, TimerType, DEFAULT_BUCKETS};
+use crate::telemetry::stats::mapper::model::{Mapper, Mapping};
+
+use crate::telemetry::stats::mapper::kind::{StatKind, TimerType, DEFAULT_BUCKETS};
 
 /// Most statistics whose names come from request values (all kinds together).
 pub const MAX_DYNAMIC: usize = 10_000;
@@ -121,7 +123,7 @@ const RECENT_SAMPLES: usize = 1024;
 /// How a timer is exposed, fixed on its first sample from the mapping.
 #[derive(Debug)]
 pub struct TimerShape {
-    pub mapped: Option<super::mapper::Mapped>,
+    pub mapped: Option<crate::telemetry::stats::mapper::model::Mapped>,
     /// `le` bounds (already in the exposed unit) and their counts; empty for a summary.
     pub bounds: Vec<f64>,
     pub buckets: Vec<AtomicU64>,
@@ -445,7 +447,7 @@ pub fn sanitize(name: &str) -> Cow<'_, str> {
 }
 
 /// What multiplies a timer's milliseconds into the unit a mapping exposes.
-fn mapper_scale(mapped: &super::mapper::Mapped) -> f64 {
+fn mapper_scale(mapped: &crate::telemetry::stats::mapper::model::Mapped) -> f64 {
     mapped.scale.unwrap_or(1.0)
 }
 

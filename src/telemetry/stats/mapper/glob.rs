@@ -3,7 +3,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{GlobCandidate, StatKind};
+use super::kind::StatKind;
+
+/// A glob as tried for one kind: its pattern and the mapping a match selects.
+#[derive(Debug)]
+pub(super) struct GlobCandidate {
+    pub(super) pattern: GlobPattern,
+    pub(super) mapping: usize,
+}
 
 /// A glob, split at `.`: each component is text (`Some`) or `*` (`None`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,11 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 use super::glob::{order_globs, GlobPattern, GlobSource, Template};
-use super::{
-    CompiledMapping, Mapper, MapperError, Matcher, Options, StatKind, SummaryQuantile, TimerType,
-    DEFAULT_BUCKETS, DEFAULT_QUANTILES,
+use crate::telemetry::stats::mapper::kind::{
+    StatKind, SummaryQuantile, TimerType, DEFAULT_BUCKETS, DEFAULT_QUANTILES,
+};
+use crate::telemetry::stats::mapper::model::{
+    CompiledMapping, Mapper, MapperError, Matcher, Options,
 };
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,4 +1,7 @@
 use super::*;
+use crate::telemetry::stats::mapper::kind::{
+    SummaryQuantile, TimerType, DEFAULT_BUCKETS, DEFAULT_QUANTILES,
+};
 
 const EG: &str = include_str!("../../../../tests/fixtures/envoy-gateway/statsd_conf.yaml");
 

@@ -1,0 +1,111 @@
+//! What a call ended with, as data: the plan, what the store (or the failure policy) answered
+//! for each charge, a slot release made on the way, and a store failure the policy answered
+//! for. The service builds an [`Ended`] once per call; the decision, the response and the
+//! report of the call (`observe`) are all read from it.
+
+use std::time::Duration;
+
+use crate::algorithm::concurrency::SlotId;
+use crate::algorithm::rule::ChargeOutcome;
+use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
+use crate::plan::Plan;
+use crate::service::decision::{assemble, on_store_failure, Decision};
+use crate::service::error::CallError;
+use crate::service::respond::response;
+use crate::service::settings::{FailureMode, Settings};
+use crate::store::error::StoreError;
+
+/// How one call ended.
+pub struct Ended<'c> {
+    /// A slot release the request carried, done before its other descriptors were decided.
+    pub release: Option<Released>,
+    /// The store failed and this failure policy answered (or, as `error`, refused).
+    pub store_failed: Option<(StoreError, FailureMode)>,
+    pub result: Result<Answered<'c>, CallError>,
+}
+
+/// What a release did.
+#[derive(Debug)]
+pub struct Released {
+    pub id: SlotId,
+    /// `Ok(None)`: the descriptors reach no concurrency limit.
+    pub done: Result<Option<SlotsDone>, CallError>,
+}
+
+/// What a release or a renew did: on how many concurrency limits the id held slots, and the
+/// shortest lease among them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotsDone {
+    pub limits: u32,
+    pub lease_us: Option<u64>,
+}
+
+/// A decided request.
+pub struct Answered<'c> {
+    pub plan: Plan<'c>,
+    /// One per planned charge (none when nothing was charged).
+    pub outcomes: Vec<ChargeOutcome>,
+    pub by: AnsweredBy,
+    /// The rest of a request whose release descriptors were split off (the plan is of it),
+    /// and where those descriptors were: each is answered OK with no limit.
+    pub rest: Option<(RateLimitRequest, Vec<usize>)>,
+}
+
+/// Who decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredBy {
+    /// Nothing was asked of a store: no limit applies.
+    Nobody,
+    /// The kill switch (`--disabled`, or the domain's `disabled: true`).
+    Disabled,
+    /// The store, in this long.
+    Store(Duration),
+    /// The failure policy (`allow` or `deny`) for a failed store.
+    Policy(FailureMode),
+    /// `--failure-mode local`: the in-process limiter, each limit shared out.
+    Local,
+}
+
+impl Answered<'_> {
+    /// The decision: the one denial and reporting rules over what each charge got.
+    pub fn decision(&self, global_shadow: bool) -> Decision<'_> {
+        match self.by {
+            AnsweredBy::Policy(mode) => {
+                on_store_failure(&self.plan, mode == FailureMode::Allow, global_shadow)
+            }
+            _ => assemble(&self.plan, &self.outcomes, global_shadow),
+        }
+    }
+
+    /// The answer on the wire for `req` (the request as it came).
+    pub fn response(
+        &self,
+        settings: &Settings,
+        req: &RateLimitRequest,
+        decision: &Decision<'_>,
+    ) -> RateLimitResponse {
+        let policy = match self.by {
+            AnsweredBy::Policy(mode) => Some(mode),
+            AnsweredBy::Local => Some(FailureMode::Local),
+            _ => None,
+        };
+        let (decided, released) = match &self.rest {
+            Some((rest, at)) => (rest, &at[..]),
+            None => (req, &[][..]),
+        };
+        let mut out = response(settings, decided, &self.plan, decision, policy);
+        for &i in released {
+            let ok = crate::pb::rls::rate_limit_response::DescriptorStatus {
+                code: crate::pb::rls::rate_limit_response::Code::Ok as i32,
+                ..Default::default()
+            };
+            out.statuses.insert(i.min(out.statuses.len()), ok);
+        }
+        out
+    }
+
+    /// The request the plan is of.
+    pub fn request<'r>(&'r self, req: &'r RateLimitRequest) -> &'r RateLimitRequest {
+        self.rest.as_ref().map_or(req, |(rest, _)| rest)
+    }
+}
