@@ -38,7 +38,7 @@ RUN mkdir -p src benches tollgate-bench/src \
     && cargo build --profile dist --locked -p tollgate --bin tollgate \
     && rm -rf src benches tollgate-bench/src
 
-# 2. The real sources. lua/ is include_str!-ed by src/store/redis.rs; tollgate-bench/ comes along
+# 2. The real sources. lua/ is include_str!-ed by src/store/redis/; tollgate-bench/ comes along
 #    so the build is right whichever way the two crates depend on each other. COPY keeps the
 #    files' original mtimes, which can be older than the dummy build above: touching the crate
 #    roots makes cargo rebuild both crates (dependencies stay cached).

@@ -1,6 +1,6 @@
 //! Compiles the Envoy rate limit protos with `protox` (pure Rust), so building
 //! tollgate never needs a system `protoc`. The descriptor set is also written to `OUT_DIR` for
-//! `prost-reflect`, which maps the messages to and from proto3 JSON (`src/json.rs`).
+//! `prost-reflect`, which maps the messages to and from proto3 JSON (`src/admin/json.rs`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
@@ -8,7 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The xDS config client (`src/config/xds/`): ADS and the rate limit config resource.
         "proto/envoy/service/discovery/v3/discovery.proto",
         "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",
-        // Concurrency slots for direct callers (`src/slots.rs`).
+        // Concurrency slots for direct callers (`src/serve/slots.rs`).
         "proto/tollgate/slots/v1/slots.proto",
     ];
     println!("cargo:rerun-if-changed=proto");

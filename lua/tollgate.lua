@@ -21,16 +21,16 @@
 --   CHARGE_NUMBERS per charge: key index (1-based into KEYS), algorithm, limit, window_us,
 --   burst, overdraft (0|1), cost, role (ENFORCED, SHADOW, or QUOTA + d for quota descriptor d
 --   of the request). A calendar window (a fixed window whose window is a calendar period in a
---   time zone, src/calendar.rs) sends -a as its window and b as its burst: a and b are two
+--   time zone, src/limit/calendar.rs) sends -a as its window and b as its burst: a and b are two
 --   consecutive period ends around the caller's clock, and the window holding now ends at the
---   first of them after now. A concurrency limit's window is its lease. In REFUND mode REFUND_NUMBERS more per
---   charge, after all of those: allowed (0|1, as decided), kept (units that stay landed),
---   amount (units to refund), mark1, mark2.
+--   first of them after now. A concurrency limit's window is its hold (how long a slot stays
+--   held). In REFUND mode REFUND_NUMBERS more per charge, after all of those: allowed (0|1, as
+--   decided), kept (units that stay landed), amount (units to refund), mark1, mark2.
 -- Modes: DECIDE (all-or-nothing); COUNT_REJECTED (every charge lands, as
 --   envoyproxy/ratelimit, but a concurrency charge only when it fits); DRY_RUN (answer, write
 --   nothing); REFUND (refund landed charges, then answer as things stand); RELEASE (free the
 --   slots the call's slot id holds on its concurrency charges; added says how many); RENEW
---   (move their leases' end to now + the lease). In both, a concurrency charge is allowed when
+--   (move their holds' end to now + the hold). In both, a concurrency charge is allowed when
 --   the id held slots on it; every other charge is allowed and touches nothing.
 --
 -- Returns "=" then, packed the same way, now and 6 numbers per charge: allowed (0|1),
@@ -359,7 +359,7 @@ build = function()
     return nil
   end
 
-  -- Writes the entries held (none: the key goes); its expiry is the last lease's end.
+  -- Writes the entries held (none: the key goes); its expiry is the last hold's end.
   local function slots_write(key, held)
     if #held == 0 then
       redis.call('DEL', key)
@@ -374,7 +374,7 @@ build = function()
     redis.call('SET', key, table.concat(parts), 'PX', ttl_ms(last))
   end
 
-  -- Until enough leases end for k more to fit.
+  -- Until enough holds end for k more to fit.
   local function slots_wait(held, limit, used, k)
     local need = used + k - limit
     if need <= 0 then return 0 end

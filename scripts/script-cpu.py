@@ -34,7 +34,7 @@ MINUTE, SECOND = 60_000_000, 1_000_000
 
 def month_ends():
     """The start and end of this UTC month and the next one's end, in µs: what tollgate sends
-    for a `calendar: month` window (src/calendar.rs `choices`)."""
+    for a `calendar: month` window (src/limit/calendar.rs `choices`)."""
     t = time.gmtime()
 
     def start(y, m):

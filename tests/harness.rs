@@ -1,4 +1,4 @@
-//! Tests of the Redis test harness itself (`tests/redis_support`): that it starts real
+//! Tests of the Redis test harness itself (`tests/support/redis.rs`): that it starts real
 //! `redis-server` processes, single and clustered, drives them through outages, and cleans up.
 
 #[path = "support/mod.rs"]

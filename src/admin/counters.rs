@@ -25,6 +25,7 @@ use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
 use crate::plan::{plan, Plan};
+use crate::service::error::InvalidRequest;
 use crate::service::validate::{validate, Bounds};
 use crate::store::error::StoreError;
 use crate::store::Store;
@@ -61,15 +62,51 @@ impl Selector {
 /// Why an operator's request cannot be answered.
 #[derive(Debug, thiserror::Error)]
 pub enum CounterError {
-    /// The caller's fault: 400.
-    #[error("{0}")]
-    BadSelector(String),
+    /// The query does not say what to look at: 400.
+    #[error(transparent)]
+    BadQuery(#[from] QueryError),
+    /// The descriptor it names is not one a request could carry: 400.
+    #[error(transparent)]
+    BadDescriptor(#[from] InvalidRequest),
     /// No such domain or limit: 404.
-    #[error("{0}")]
-    NotFound(String),
+    #[error(transparent)]
+    NotFound(#[from] NotFound),
     /// The store failed: 503.
     #[error("rate limit store unavailable: {0}")]
     Store(#[from] StoreError),
+}
+
+/// What is wrong with an admin query string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    #[error("descriptor entry '{0}' is not key=value")]
+    NotKeyValue(String),
+    #[error("{keys} key= but {values} value= parameters: they go in pairs")]
+    Unpaired { keys: usize, values: usize },
+    #[error("a domain is required: ?domain=D&descriptor=k=v")]
+    NoDomain,
+    #[error(
+        "a descriptor is required: &descriptor=k=v,k2=v2 (keys and values percent-encoded) or \
+         &key=k&value=v pairs"
+    )]
+    NoDescriptor,
+    #[error("'{0}' has a bad percent escape")]
+    BadEscape(String),
+    #[error("'{0}' is not UTF-8 once decoded")]
+    NotUtf8(String),
+}
+
+/// What the query names that does not exist (values shown printable).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotFound {
+    #[error("domain '{0}' is not configured")]
+    Domain(String),
+    #[error("no limit named '{name}' applies to that descriptor (its limits: {limits})")]
+    Limit { name: String, limits: String },
+    #[error("no limit applies to that descriptor")]
+    NoLimit,
+    #[error("that descriptor reaches only shared limits; name one with limit= ({0})")]
+    OnlyShared(String),
 }
 
 /// One limit's counter as the operator sees it.
@@ -112,7 +149,6 @@ pub struct ResetView {
 
 /// Parses an admin query string (undecoded, as in the URL).
 pub fn parse_query(query: &str) -> Result<Selector, CounterError> {
-    let bad = CounterError::BadSelector;
     let mut sel = Selector::default();
     let mut keys = Vec::new();
     let mut values = Vec::new();
@@ -124,10 +160,7 @@ pub fn parse_query(query: &str) -> Result<Selector, CounterError> {
             "descriptor" => {
                 for entry in raw.split(',').filter(|e| !e.is_empty()) {
                     let (k, v) = entry.split_once('=').ok_or_else(|| {
-                        bad(format!(
-                            "descriptor entry '{}' is not key=value",
-                            decode(entry).unwrap_or_else(|_| entry.to_string())
-                        ))
+                        QueryError::NotKeyValue(decode(entry).unwrap_or_else(|_| entry.to_string()))
                     })?;
                     sel.entries.push((decode(k)?, decode(v)?));
                 }
@@ -138,11 +171,11 @@ pub fn parse_query(query: &str) -> Result<Selector, CounterError> {
         }
     }
     if keys.len() != values.len() {
-        return Err(bad(format!(
-            "{} key= but {} value= parameters: they go in pairs",
-            keys.len(),
-            values.len()
-        )));
+        return Err(QueryError::Unpaired {
+            keys: keys.len(),
+            values: values.len(),
+        }
+        .into());
     }
     sel.entries.extend(
         keys.into_iter()
@@ -150,20 +183,16 @@ pub fn parse_query(query: &str) -> Result<Selector, CounterError> {
             .filter(|(k, v)| !(k.is_empty() && v.is_empty())),
     );
     if sel.domain.is_empty() {
-        return Err(bad("a domain is required: ?domain=D&descriptor=k=v".into()));
+        return Err(QueryError::NoDomain.into());
     }
     if sel.entries.is_empty() {
-        return Err(bad(
-            "a descriptor is required: &descriptor=k=v,k2=v2 (keys and values \
-             percent-encoded) or &key=k&value=v pairs"
-                .into(),
-        ));
+        return Err(QueryError::NoDescriptor.into());
     }
     Ok(sel)
 }
 
 /// Percent-decodes one query component (`+` is a space, as forms send it).
-fn decode(raw: &str) -> Result<String, CounterError> {
+fn decode(raw: &str) -> Result<String, QueryError> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -174,9 +203,7 @@ fn decode(raw: &str) -> Result<String, CounterError> {
                     .get(i + 1..i + 3)
                     .and_then(|h| std::str::from_utf8(h).ok())
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| {
-                        CounterError::BadSelector(format!("'{raw}' has a bad percent escape"))
-                    })?;
+                    .ok_or_else(|| QueryError::BadEscape(raw.to_string()))?;
                 out.push(hex);
                 i += 3;
             }
@@ -190,8 +217,7 @@ fn decode(raw: &str) -> Result<String, CounterError> {
             }
         }
     }
-    String::from_utf8(out)
-        .map_err(|_| CounterError::BadSelector(format!("'{raw}' is not UTF-8 once decoded")))
+    String::from_utf8(out).map_err(|_| QueryError::NotUtf8(raw.to_string()))
 }
 
 /// Percent-encodes one query component: everything but unreserved characters.
@@ -229,10 +255,7 @@ fn plan_of<'c>(
     bounds: &Bounds,
 ) -> Result<Plan<'c>, CounterError> {
     if !config.domains.contains_key(&sel.domain) {
-        return Err(CounterError::NotFound(format!(
-            "domain '{}' is not configured",
-            crate::base::log_throttle::printable(&sel.domain)
-        )));
+        return Err(NotFound::Domain(crate::base::log_throttle::printable(&sel.domain)).into());
     }
     let req = RateLimitRequest {
         domain: sel.domain.clone(),
@@ -250,8 +273,8 @@ fn plan_of<'c>(
         }],
         hits_addend: 0,
     };
-    validate(&req, bounds).map_err(|e| CounterError::BadSelector(e.to_string()))?;
-    plan(config, &req).map_err(|e| CounterError::BadSelector(e.to_string()))
+    validate(&req, bounds).map_err(InvalidRequest::from)?;
+    Ok(plan(config, &req).map_err(InvalidRequest::from)?)
 }
 
 fn window_text(l: &Limit) -> String {
@@ -339,22 +362,19 @@ pub async fn reset<S: Store>(
         None => plan.charges.retain(|c| !c.limit.shared),
     }
     if plan.charges.is_empty() {
-        return Err(CounterError::NotFound(match &sel.limit {
-            Some(name) => format!(
-                "no limit named '{}' applies to that descriptor (its limits: {})",
-                crate::base::log_throttle::printable(name),
-                if names.is_empty() {
+        return Err(match &sel.limit {
+            Some(name) => NotFound::Limit {
+                name: crate::base::log_throttle::printable(name),
+                limits: if names.is_empty() {
                     "none".to_string()
                 } else {
                     names.join(", ")
-                }
-            ),
-            None if names.is_empty() => "no limit applies to that descriptor".to_string(),
-            None => format!(
-                "that descriptor reaches only shared limits; name one with limit= ({})",
-                names.join(", ")
-            ),
-        }));
+                },
+            },
+            None if names.is_empty() => NotFound::NoLimit,
+            None => NotFound::OnlyShared(names.join(", ")),
+        }
+        .into());
     }
     // The reset answers what each counter held when it cleared it, in the same atomic step.
     let before = store.reset(&plan).await?;

@@ -91,7 +91,7 @@ pub fn write_router<S: Store>(state: Arc<AdminState<S>>) -> Router {
 
 fn counter_error(e: CounterError) -> Response {
     let status = match &e {
-        CounterError::BadSelector(_) => StatusCode::BAD_REQUEST,
+        CounterError::BadQuery(_) | CounterError::BadDescriptor(_) => StatusCode::BAD_REQUEST,
         CounterError::NotFound(_) => StatusCode::NOT_FOUND,
         CounterError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
     };

@@ -1,9 +1,10 @@
 //! Concurrency: a cap on requests in flight (`algorithm: concurrency`). The limit is the number
 //! of slots that may be held at once; a request's cost is the slots it takes. A request that is
-//! OK as a whole takes its slots under one id (the request's), each holding a lease of
-//! `window_us` (`lease_ttl`) after which it frees itself, so a caller that dies cannot leak
+//! OK as a whole takes its slots under one id (the request's), each held for its hold,
+//! `window_us` (the config's `lease_ttl`), after which it frees itself, so a caller that dies cannot leak
 //! capacity. A release names the id: one never taken, already released or expired frees
-//! nothing. A renew moves the lease's end to now + `lease_ttl`.
+//! nothing. A renew moves the hold's end to now + `lease_ttl`. (A *lease*,
+//! in tollgate, is the Redis store's: units of a shared limit an instance takes ahead.)
 //!
 //! A charge's refund mark is its id, so the take-back of a request that was denied as a whole
 //! is a release of what it took. The state is the slots held, in the order taken; the Redis
@@ -28,7 +29,7 @@ pub struct Slots {
     pub held: Vec<Held>,
 }
 
-/// Drops the leases that have ended; true when none is left.
+/// Drops the holds that have ended; true when none is left.
 pub fn forget_expired(s: &mut Slots, now: u64) -> bool {
     s.held.retain(|h| h.expires_us > now);
     s.held.is_empty()
@@ -41,7 +42,7 @@ pub fn used(s: Option<&Slots>) -> u64 {
     })
 }
 
-/// Takes `cost` slots for `id` until now + the lease (an id already holding some here takes
+/// Takes `cost` slots for `id` until now + the hold (an id already holding some here takes
 /// more, and all of them renew). The mark is the id.
 pub fn charge(
     s: Option<Slots>,
@@ -84,7 +85,7 @@ pub fn held_by(s: Option<&Slots>, id: SlotId) -> u64 {
         .map_or(0, |h| h.units)
 }
 
-/// Moves the lease of what `id` holds to now + the lease; false when it holds nothing.
+/// Moves the hold of what `id` holds to now + the hold; false when it holds nothing.
 pub fn renew(s: &mut Slots, p: &LimitParams, id: SlotId, now: u64) -> bool {
     match s.held.iter_mut().find(|h| h.id == id) {
         Some(h) => {
@@ -95,12 +96,12 @@ pub fn renew(s: &mut Slots, p: &LimitParams, id: SlotId, now: u64) -> bool {
     }
 }
 
-/// Until every lease has ended (nothing held).
+/// Until every hold has ended (nothing held).
 pub fn reset_after(s: &Slots, now: u64) -> u64 {
     expires_at(s).saturating_sub(now)
 }
 
-/// Until enough leases end for `k` more to fit (a release may free them sooner).
+/// Until enough holds end for `k` more to fit (a release may free them sooner).
 pub fn retry_after(s: &Slots, p: &LimitParams, k: u64, now: u64) -> u64 {
     let need = used(Some(s)).saturating_add(k).saturating_sub(p.limit);
     let mut ends: Vec<(u64, u64)> = s.held.iter().map(|h| (h.expires_us, h.units)).collect();
@@ -115,7 +116,7 @@ pub fn retry_after(s: &Slots, p: &LimitParams, k: u64, now: u64) -> u64 {
     0
 }
 
-/// When the last lease ends.
+/// When the last hold ends.
 pub fn expires_at(s: &Slots) -> u64 {
     s.held.iter().map(|h| h.expires_us).max().unwrap_or(0)
 }

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::raw::{
-    calendar_unit, check_concurrency, compile_calendar, lease_ttl_us, window_us, RawFile, RawLimit,
-    RawRule, DEFAULT_LEASE_TTL_US,
+    calendar_unit, check_concurrency, compile_calendar, slot_hold_us, window_us, RawFile, RawLimit,
+    RawRule, DEFAULT_SLOT_HOLD_US,
 };
 use super::{Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::config::error::{ConfigError, ConfigProblem, LeaseError, LimitError, RuleError};
@@ -212,12 +212,12 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
         (None, _) => Unit::parse(&unit_text).ok_or_else(|| LimitError::Unit(unit_text.clone()))?,
     };
     if rl.lease_ttl.is_some() && algorithm != Algorithm::Concurrency {
-        return Err(LimitError::LeaseTtlWithoutConcurrency);
+        return Err(LimitError::SlotHoldWithoutConcurrency);
     }
     let window_us = match (rl.window.as_deref(), algorithm) {
         (None, Algorithm::Concurrency) => match rl.lease_ttl.as_deref() {
-            Some(t) => lease_ttl_us(t)?,
-            None => DEFAULT_LEASE_TTL_US,
+            Some(t) => slot_hold_us(t)?,
+            None => DEFAULT_SLOT_HOLD_US,
         },
         (None, _) => unit.seconds() * 1_000_000,
         (Some(w), _) => window_us(w)?,

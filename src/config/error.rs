@@ -178,9 +178,9 @@ pub enum LimitError {
     )]
     CalendarUnit { unit: String, calendar: String },
     #[error("invalid lease_ttl '{0}': expected whole seconds from 1s to 1d, like 30s or 5m")]
-    LeaseTtl(String),
+    SlotHold(String),
     #[error("lease_ttl is only valid with algorithm concurrency")]
-    LeaseTtlWithoutConcurrency,
+    SlotHoldWithoutConcurrency,
     #[error("a concurrency limit cannot also have {0}")]
     Concurrency(&'static str),
     #[error("a concurrency limit holds from 1 to 10000 slots (requests_per_unit), found {0}")]

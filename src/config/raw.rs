@@ -190,7 +190,7 @@ fn week_starts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
 
 /// A limit's `lease_ttl`, checked here so that an error names its line.
 fn lease_ttl<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    as_written(d, |s: String| lease_ttl_us(&s).map(|_| s))
+    as_written(d, |s: String| slot_hold_us(&s).map(|_| s))
 }
 
 /// A scalar that may be absent (a plain null); present, it is read by the inner visitor.
@@ -236,26 +236,27 @@ impl<'de, F: FnOnce(String) -> Result<String, LimitError>> Visitor<'de> for Scal
     }
 }
 
-/// A concurrency slot's lease unless `lease_ttl` says otherwise: five minutes.
-pub const DEFAULT_LEASE_TTL_US: u64 = 300 * 1_000_000;
+/// How long a concurrency slot is held (its hold) unless `lease_ttl` says otherwise: five
+/// minutes.
+pub const DEFAULT_SLOT_HOLD_US: u64 = 300 * 1_000_000;
 
 /// The longest `lease_ttl`: a day.
-const MAX_LEASE_TTL_US: u64 = 86_400 * 1_000_000;
+const MAX_SLOT_HOLD_US: u64 = 86_400 * 1_000_000;
 
 /// The most slots a concurrency limit may hold (each is an entry its counter reads).
 pub const MAX_CONCURRENCY: u32 = 10_000;
 
 /// `lease_ttl`: whole seconds from 1 s to a day, in microseconds.
-pub(super) fn lease_ttl_us(text: &str) -> Result<u64, LimitError> {
+pub(super) fn slot_hold_us(text: &str) -> Result<u64, LimitError> {
     match duration::parse(text) {
         Ok(d)
             if d.subsec_nanos() == 0
                 && d.as_secs() >= 1
-                && d.as_micros() <= u128::from(MAX_LEASE_TTL_US) =>
+                && d.as_micros() <= u128::from(MAX_SLOT_HOLD_US) =>
         {
             Ok(d.as_micros() as u64)
         }
-        _ => Err(LimitError::LeaseTtl(text.to_string())),
+        _ => Err(LimitError::SlotHold(text.to_string())),
     }
 }
 
@@ -273,7 +274,7 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
         check_concurrency(rl, rl.requests_per_unit.unwrap_or(0))?;
     }
     if rl.lease_ttl.is_some() && algorithm != Algorithm::Concurrency {
-        return Err(LimitError::LeaseTtlWithoutConcurrency);
+        return Err(LimitError::SlotHoldWithoutConcurrency);
     }
     Ok(())
 }

@@ -16,10 +16,13 @@ use std::sync::Arc;
 
 use super::Pattern;
 
-/// A `--usage-domains` list with an empty pattern in it.
+/// A `--usage-domains` list that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{0}' has an empty domain pattern; expected GLOB,GLOB,… like llm-tokens,usage-*")]
-pub struct UsageDomainsError(pub String);
+pub enum UsageDomainsError {
+    /// The list as given: an empty pattern in it (a stray comma).
+    #[error("'{0}' has an empty domain pattern; expected GLOB,GLOB,… like llm-tokens,usage-*")]
+    EmptyPattern(String),
+}
 
 /// The domains named by `--usage-domains`: patterns with `*` standing for any run of
 /// characters, as in a rule's `value`.
@@ -38,7 +41,7 @@ impl UsageDomains {
         for part in text.split(',') {
             let glob = part.trim();
             if glob.is_empty() {
-                return Err(UsageDomainsError(text.to_string()));
+                return Err(UsageDomainsError::EmptyPattern(text.to_string()));
             }
             patterns.push(Pattern::parse(glob));
         }

@@ -67,7 +67,7 @@ pub struct LimitParams {
     /// for a concurrency limit, the slots that may be held at once.
     pub limit: u64,
     /// The window; a calendar window's nominal length (its real one comes from `calendar`);
-    /// a concurrency limit's lease.
+    /// a concurrency limit's hold (`lease_ttl`: how long a slot stays held).
     pub window_us: u64,
     /// Token bucket capacity (defaults to `limit`); equal to `limit` for the other algorithms.
     pub burst: u64,

@@ -3,10 +3,10 @@
 //!
 //! The hash tag (between the braces) is the domain plus the entries down to the descriptor's
 //! tag depth (`plan::tag_depth`: the first per-value level, or the shallowest counter if that is
-//! higher), so one tenant's keys share a Redis Cluster slot while a constant first entry
+//! higher), so one tenant's keys share a Redis Cluster hash slot while a constant first entry
 //! (`tier=free`) does not gather every tenant on one; a `shared` limit gets a tag of its own.
 //! Keys and values are
-//! percent-escaped, so no value can move a key to another slot or make two descriptors share a
+//! percent-escaped, so no value can move a key to another hash slot or make two descriptors share a
 //! counter (`a`+`b_c` and `a_b`+`c` stay apart).
 
 use crate::config::{Pattern, Rule};

@@ -96,7 +96,7 @@ pub struct PlannedCharge<'c> {
 }
 
 impl PlannedCharge<'_> {
-    /// The hash tag (between the leading braces): keys with one tag share a Redis slot.
+    /// The hash tag (between the leading braces): keys with one tag share a Redis hash slot.
     pub fn tag(&self) -> &str {
         tag_of(&self.key)
     }
@@ -292,9 +292,9 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
 /// How many leading entries (`0..=depth`) a descriptor's hash tag covers: down to the first
 /// level whose rule gives every value a counter of its own (a key-only or wildcard rule, not
 /// `share_threshold`), so a constant first entry (`tier=free`, `generic_key=api`) does not put
-/// every tenant or address on one Redis slot; but never deeper than the shallowest counter the
+/// every tenant or address on one Redis hash slot; but never deeper than the shallowest counter the
 /// descriptor charges (`shared` ones aside, they have tags of their own), so all of one
-/// descriptor's counters still share a slot and one script decides them atomically.
+/// descriptor's counters still share a hash slot and one script decides them atomically.
 fn tag_depth<'a, 'c: 'a>(
     path: &[&Rule],
     charges: impl Iterator<Item = &'a Candidate<'c>>,
@@ -399,7 +399,7 @@ descriptors:
     }
 
     #[test]
-    fn a_constant_first_entry_does_not_put_every_tenant_on_one_slot() {
+    fn a_constant_first_entry_does_not_put_every_tenant_on_one_hash_slot() {
         let a = tags(&[&[("tier", "free"), ("tenant", "a"), ("model", "gpt")]]);
         let b = tags(&[&[("tier", "free"), ("tenant", "b"), ("model", "gpt")]]);
         // Both charges of a descriptor (tenant, model) share the tenant's tag: one script.

@@ -95,7 +95,7 @@ impl<S: Store> SlotsService<S> {
         let done = self.limiter.slots(&req, id, mode).await?;
         Ok(tonic::Response::new(pb::SlotResponse {
             limits: done.limits,
-            expires_at_unix_ms: done.lease_us.map_or(0, |us| started + us / 1000),
+            expires_at_unix_ms: done.hold_us.map_or(0, |us| started + us / 1000),
         }))
     }
 }

@@ -33,11 +33,11 @@ pub struct Released {
 }
 
 /// What a release or a renew did: on how many concurrency limits the id held slots, and the
-/// shortest lease among them.
+/// shortest hold among them (how long the slots stay held without a renew).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotsDone {
     pub limits: u32,
-    pub lease_us: Option<u64>,
+    pub hold_us: Option<u64>,
 }
 
 /// A decided request.

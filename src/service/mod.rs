@@ -238,8 +238,8 @@ impl<S: Store> RateLimiter<S> {
         for (c, o) in plan.charges.iter().zip(&outcomes) {
             if o.allowed {
                 done.limits += 1;
-                let lease = c.limit.params.window_us;
-                done.lease_us = Some(done.lease_us.map_or(lease, |l: u64| l.min(lease)));
+                let hold = c.limit.params.window_us;
+                done.hold_us = Some(done.hold_us.map_or(hold, |h: u64| h.min(hold)));
             }
         }
         Ok(Some(done))

@@ -80,7 +80,7 @@ impl Observer {
             match &release.done {
                 Ok(Some(done)) => self.metrics.slots("release", done.limits),
                 Ok(None) => {}
-                // The slots stay held until their lease ends.
+                // The slots stay held until their hold runs out.
                 Err(e) => {
                     if let Some(suppressed) = log_throttle::due("release_failed") {
                         tracing::warn!(error = %e, suppressed, "a slot release failed: its slots are held until their lease ends");

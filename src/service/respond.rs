@@ -244,7 +244,7 @@ fn structure(fields: BTreeMap<String, prost_types::Value>) -> prost_types::Value
 }
 
 /// A JSON value as a `google.protobuf.Value`. Written out rather than through `prost-reflect`
-/// (which `src/json.rs` uses for the `/json` endpoint): this runs on the gRPC path for every
+/// (which `src/admin/json.rs` uses for the `/json` endpoint): this runs on the gRPC path for every
 /// response that carries metadata, where a `DynamicMessage` would add an encode and a decode.
 fn json_to_value(v: &serde_json::Value) -> prost_types::Value {
     use serde_json::Value as J;

@@ -18,7 +18,8 @@ use crate::pb::rls::RateLimitRequest;
 /// The dynamic metadata field holding the id of the slots a request took.
 pub const SLOT_KEY: &str = "tollgate.slot";
 
-/// The dynamic metadata field holding the shortest lease of those slots, in milliseconds.
+/// The dynamic metadata field holding the shortest hold of those slots (how long they stay
+/// held without a release or renew), in milliseconds. The name is what callers read.
 pub const SLOT_LEASE_KEY: &str = "tollgate.slot_lease_ms";
 
 /// The descriptor entry key that makes a descriptor a release of the slot id in its value.

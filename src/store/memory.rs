@@ -39,7 +39,7 @@ const SWEEP_EVERY_US: u64 = 5_000_000;
 /// The default `--max-store-bytes`.
 pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 
-/// What a map entry costs beyond its key and state (hash map slot, allocation headers).
+/// What a map entry costs beyond its key and state (hash map bucket, allocation headers).
 const ENTRY_OVERHEAD: usize = 64;
 
 struct Entry {

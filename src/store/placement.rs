@@ -1,5 +1,5 @@
 //! Placement groups: a request's charges split by hash tag. Every key of a group lives in one
-//! Redis Cluster slot, so one script call decides and charges the group atomically; the
+//! Redis Cluster hash slot, so one script call decides and charges the group atomically; the
 //! memory store decides the same groups the same way (see [`super::protocol`]). On one Redis
 //! node every key is in one place, so a request's charges form one group there (leased shared
 //! limits aside, which the Redis store answers from its leases).
@@ -69,7 +69,7 @@ pub struct Placed<'a> {
 /// Where a store's keys live, which decides what one script call may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
-    /// A slot per hash tag (Redis Cluster; the memory store answers as a cluster does): a
+    /// A hash slot per hash tag (Redis Cluster; the memory store answers as a cluster does): a
     /// group per tag.
     ByTag,
     /// One node (a single Redis, Sentinel's primary): every charge in one group, which one

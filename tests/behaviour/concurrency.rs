@@ -384,7 +384,7 @@ fn hostile_values() -> Vec<String> {
     values
 }
 
-/// The hash tag `src/plan.rs` documents for a descriptor: the domain and the first entry, with
+/// The hash tag `src/plan/mod.rs` documents for a descriptor: the domain and the first entry, with
 /// `%{}|=*` and ASCII controls percent-escaped.
 fn documented_tag(domain: &str, key: &str, value: &str) -> String {
     let escape = |s: &str| {

@@ -92,7 +92,7 @@ async fn basics(kind: StoreKind) {
 
     // A release frees exactly the id's slot, once.
     let done = slots(&l, "m", &a, Mode::Release).await;
-    assert_eq!((done.limits, done.lease_us), (1, Some(10 * S)));
+    assert_eq!((done.limits, done.hold_us), (1, Some(10 * S)));
     assert_eq!(slots(&l, "m", &a, Mode::Release).await.limits, 0);
     let never = format_id((7, 7));
     assert_eq!(slots(&l, "m", &never, Mode::Release).await.limits, 0);

@@ -372,3 +372,60 @@ fn dump_graph() {
         println!("EDGE {} -> {} : {} @{}", e.from, e.to, e.path, e.line);
     }
 }
+
+/// The errors that carry nothing but a message: a struct `…Error(String)`, or a variant that
+/// is a `String` shown as the whole message (`#[error("{0}")] Variant(String)`).
+fn message_only_errors(text: &str) -> Vec<(usize, String)> {
+    let wraps = regex::Regex::new(r"^(pub(\([^)]*\))? )?struct \w*Error\s*\(\s*(pub )?String\s*\)")
+        .expect("a regex");
+    let variant = regex::Regex::new(r"^\w+\s*\(\s*String\s*\),?$").expect("a regex");
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if wraps.is_match(line) {
+            found.push((i + 1, line.to_string()));
+        }
+        if line.replace(' ', "") == "#[error(\"{0}\")]" {
+            let next = lines[i + 1..]
+                .iter()
+                .enumerate()
+                .find(|(_, l)| !l.starts_with("#[") && !l.starts_with("//"));
+            if let Some((j, l)) = next.filter(|(_, l)| variant.is_match(l)) {
+                found.push((i + 2 + j, l.to_string()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn message_only_errors_are_found() {
+    let text = "#[error(\"{0}\")]\npub struct PlanError(pub String);\n\
+                pub enum CallError {\n    #[error(\"{0}\")]\n    Invalid(String),\n\
+                #[error(\"bad unit '{0}'\")]\n    Unit(String),\n}\n";
+    let found: Vec<usize> = message_only_errors(text)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(found, [2, 5]);
+}
+
+#[test]
+fn no_error_only_carries_a_message() {
+    let found: Vec<String> = src("")
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).expect("a source file");
+            message_only_errors(&text)
+                .into_iter()
+                .map(|(n, l)| format!("{}:{n}: {l}", f.display()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "an error that carries only a message: give it a cause (an enum of what went wrong, \
+         each variant holding what its message needs):\n{}",
+        found.join("\n")
+    );
+}

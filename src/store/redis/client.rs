@@ -105,7 +105,7 @@ impl Clients {
             config
                 .server
                 .set_cluster_discovery_policy(ClusterDiscoveryPolicy::UseCache)
-                .map_err(|e| ConnectError::Url(format!("redis cluster discovery: {e}")))?;
+                .map_err(|e| ConnectError::ClusterDiscovery(e.kind().clone()))?;
         }
         let host = url::first_host(&opts.url);
         let clustered = config.server.is_clustered();

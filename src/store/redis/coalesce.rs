@@ -3,7 +3,7 @@
 //! fred flushes the socket after every `EVALSHA` (it never holds a script back for the next
 //! command), so scripts sent one by one cost a write system call each, and Redis a read and a
 //! command each. On a serving thread (a current-thread runtime, see [`crate::serve::threads`]) a
-//! call's script instead joins the thread's open batch for its slot. The batch's first call
+//! call's script instead joins the thread's open batch for its hash slot. The batch's first call
 //! yields once and then sends it, so the batch leaves once every task that was ready on the
 //! thread has run: the calls that arrived together leave together, and a lone call waits for
 //! nothing. `lua/tollgate.lua` decides each call of a batch on its own (a call that fails does
@@ -11,8 +11,8 @@
 //! what it decides. A batch of one is sent as a plain call.
 //!
 //! A batch is sent by [`super::script::eval`] like any call ([`Inner::script_call`] joins or
-//! sends one): its keys share one slot (one
-//! batch per slot on a cluster), so NOSCRIPT, TRYAGAIN and redirects are handled for the
+//! sends one): its keys share one hash slot (one
+//! batch per hash slot on a cluster), so NOSCRIPT, TRYAGAIN and redirects are handled for the
 //! batch as a whole, and a redirect means none of it ran.
 
 use std::cell::RefCell;
@@ -57,7 +57,7 @@ impl Queued {
 pub type Batch = Arc<Mutex<Vec<Queued>>>;
 
 thread_local! {
-    /// This thread's open batches: per store id and slot.
+    /// This thread's open batches: per store id and hash slot.
     static OPEN: RefCell<Vec<(u64, u16, Batch)>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -68,12 +68,12 @@ pub fn here() -> bool {
     Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread)
 }
 
-/// Adds a call to this thread's open batch for `store` and `slot`. Returns where its reply
+/// Adds a call to this thread's open batch for `store` and `hash_slot`. Returns where its reply
 /// comes, and the batch if the call opened it: the caller then sends it, after letting the
 /// other ready tasks run (sending starts with [`take`]).
 pub fn join(
     store: u64,
-    slot: u16,
+    hash_slot: u16,
     keys: Vec<Key>,
     arg: Value,
     retry_until: Instant,
@@ -89,7 +89,10 @@ pub fn join(
         reply: tx,
     };
     let opened = OPEN.with_borrow_mut(|open| {
-        if let Some(i) = open.iter().position(|(s, k, _)| *s == store && *k == slot) {
+        if let Some(i) = open
+            .iter()
+            .position(|(s, k, _)| *s == store && *k == hash_slot)
+        {
             let mut calls = open[i].2.lock();
             calls.push(call);
             if calls.len() >= MAX_CALLS {
@@ -100,7 +103,7 @@ pub fn join(
             None
         } else {
             let batch: Batch = Arc::new(Mutex::new(vec![call]));
-            open.push((store, slot, batch.clone()));
+            open.push((store, hash_slot, batch.clone()));
             Some(batch)
         }
     });
@@ -174,11 +177,11 @@ impl Inner {
             return unpack(&reply);
         }
         let (keys, arg) = request();
-        let slot = match keys.first() {
+        let hash_slot = match keys.first() {
             Some(k) if self.clients.clustered => redis_keyslot(k.as_bytes()),
             _ => 0,
         };
-        let (reply, opened) = join(self.clients.id, slot, keys, arg, retry_until);
+        let (reply, opened) = join(self.clients.id, hash_slot, keys, arg, retry_until);
         if let Some(opened) = opened {
             // This call sends the batch it opened, once every task ready on this thread has
             // run (and could join). A call is never cancelled halfway: a decision whose caller
@@ -203,7 +206,7 @@ impl Inner {
             let call = calls.pop().expect("one call");
             return self.send_alone(&client, &options, call).await;
         }
-        // Tried once (NOSCRIPT aside): on a cluster, a slot being migrated refuses a script
+        // Tried once (NOSCRIPT aside): on a cluster, a hash slot being migrated refuses a script
         // whose keys are only partly moved (TRYAGAIN), which a batch, with more keys, meets
         // more often than its calls would. Refused, nothing of it ran: its calls are then sent
         // on their own, each retried and redirected as usual.
@@ -326,7 +329,7 @@ mod tests {
         let (_r3, other_slot) = join(1, 6, vec![], Value::Null, until);
         let batch = first.expect("the first call opens the batch");
         assert!(second.is_none());
-        let other = other_slot.expect("another slot opens its own");
+        let other = other_slot.expect("another hash slot opens its own");
         assert_eq!(take(&batch).len(), 2);
         let (_r4, reopened) = join(1, 5, vec![], Value::Null, until);
         assert!(reopened.is_some(), "a taken batch is closed");

@@ -15,9 +15,10 @@ pub enum ConnectError {
     /// The URL does not parse (the message never quotes a password).
     #[error(transparent)]
     BadUrl(#[from] super::url::UrlError),
-    /// The URL (the message never quotes a password).
-    #[error("{0}")]
-    Url(String),
+    /// fred refused the cluster discovery policy; only the kind of its error is kept (its
+    /// message may quote the URL).
+    #[error("redis cluster discovery: {0:?}")]
+    ClusterDiscovery(fred::error::ErrorKind),
     #[error(transparent)]
     Pem(#[from] PemError),
     #[error("{}: not a usable CA certificate: {why}", path.display())]

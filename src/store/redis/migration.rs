@@ -1,12 +1,12 @@
-//! Following a slot while it moves between primaries (`redis-cli --cluster reshard`).
+//! Following a hash slot while it moves between primaries (`redis-cli --cluster reshard`).
 //!
-//! While a slot migrates, its source primary answers `ASK <slot> <target>` for the keys that
+//! While a hash slot migrates, its source primary answers `ASK <slot> <target>` for the keys that
 //! already moved (or never existed): the client must send `ASKING` and then the command to the
 //! target, back to back on one connection. fred 10.1 does not: it re-routes the command by the
-//! slot's owner (the source again) and, once out of attempts, drops every connection it has.
+//! hash slot's owner (the source again) and, once out of attempts, drops every connection it has.
 //! So script calls go out with no redirection allowed (fred then answers "Too many
 //! redirections.", after re-reading the topology when it was a MOVED), and this module finds
-//! the node importing the slot in the owner's `CLUSTER NODES` and sends `ASKING` + `EVALSHA`
+//! the node importing the hash slot in the owner's `CLUSTER NODES` and sends `ASKING` + `EVALSHA`
 //! there as one pipeline.
 //!
 //! A redirect means the command did not run, so following it can never charge twice.
@@ -21,13 +21,13 @@ use fred::types::{ClusterHash, CustomCommand};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-/// How long a slot's importing node is trusted without asking the owner again.
+/// How long a hash slot's importing node is trusted without asking the owner again.
 const REMEMBER: Duration = Duration::from_secs(1);
 
-/// How long asking the owner for its view of the slot may take.
+/// How long asking the owner for its view of the hash slot may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// Slots seen migrating, and the node importing each.
+/// Hash slots seen migrating, and the node importing each.
 #[derive(Default)]
 pub struct Migrations {
     importing: Mutex<HashMap<u16, (Server, Instant)>>,
@@ -39,15 +39,15 @@ pub fn redirected(e: &Error) -> bool {
 }
 
 impl Migrations {
-    /// The node importing `slot`, if the slot is migrating (remembered for a second).
-    pub async fn importing_node(&self, client: &Client, slot: u16) -> Option<Server> {
-        if let Some((node, at)) = self.importing.lock().get(&slot) {
+    /// The node importing `hash_slot`, if the hash slot is migrating (remembered for a second).
+    pub async fn importing_node(&self, client: &Client, hash_slot: u16) -> Option<Server> {
+        if let Some((node, at)) = self.importing.lock().get(&hash_slot) {
             if at.elapsed() < REMEMBER {
                 return Some(node.clone());
             }
         }
         let routing = client.cached_cluster_state()?;
-        let owner = routing.get_server(slot)?.clone();
+        let owner = routing.get_server(hash_slot)?.clone();
         let options = Options {
             cluster_node: Some(owner),
             timeout: Some(LOOKUP_TIMEOUT),
@@ -56,7 +56,7 @@ impl Migrations {
             ..Default::default()
         };
         let nodes: String = client.with_options(&options).cluster_nodes().await.ok()?;
-        let (host, port) = importing_address(&nodes, slot)?;
+        let (host, port) = importing_address(&nodes, hash_slot)?;
         // The server fred already holds a connection to (with its TLS name), by address.
         let node = routing
             .unique_primary_nodes()
@@ -65,13 +65,13 @@ impl Migrations {
             .unwrap_or_else(|| Server::new(host, port));
         self.importing
             .lock()
-            .insert(slot, (node.clone(), Instant::now()));
+            .insert(hash_slot, (node.clone(), Instant::now()));
         Some(node)
     }
 
-    /// Drops what is known of `slot` (its migration ended or moved on).
-    pub fn forget(&self, slot: u16) {
-        self.importing.lock().remove(&slot);
+    /// Drops what is known of `hash_slot` (its migration ended or moved on).
+    pub fn forget(&self, hash_slot: u16) {
+        self.importing.lock().remove(&hash_slot);
     }
 }
 
@@ -105,10 +105,10 @@ pub async fn evalsha_asking<R: FromValue>(
     }
 }
 
-/// The address of the node importing `slot`, from `CLUSTER NODES` as the slot's owner sees
-/// it: its own line (`myself`) marks the slot `[<slot>->-<target id>]`.
-fn importing_address(nodes: &str, slot: u16) -> Option<(String, u16)> {
-    let mark = format!("[{slot}->-");
+/// The address of the node importing `hash_slot`, from `CLUSTER NODES` as the hash slot's owner sees
+/// it: its own line (`myself`) marks the hash slot `[<slot>->-<target id>]`.
+fn importing_address(nodes: &str, hash_slot: u16) -> Option<(String, u16)> {
+    let mark = format!("[{hash_slot}->-");
     let target = nodes
         .lines()
         .filter(|line| line.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
@@ -147,7 +147,7 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@40001 myself,master - 0
 
     #[test]
     fn a_slot_that_is_not_migrating_out_has_no_importing_node() {
-        // Slot 77 is being imported here, not migrated away; slot 9 is not moving at all.
+        // Hash slot 77 is being imported here, not migrated away; hash slot 9 is not moving at all.
         assert_eq!(importing_address(NODES, 77), None);
         assert_eq!(importing_address(NODES, 9), None);
         assert_eq!(importing_address(NODES, 930), None);

@@ -88,7 +88,7 @@ impl From<EvalError> for StoreError {
 }
 
 /// `EVALSHA`, loading the script on every primary and retrying once on NOSCRIPT; retries
-/// TRYAGAIN / CLUSTERDOWN (resharding, failover) until `retry_until`, and follows a slot that
+/// TRYAGAIN / CLUSTERDOWN (resharding, failover) until `retry_until`, and follows a hash slot that
 /// is migrating to the node importing it ([`migration`]).
 pub async fn eval<R: FromValue>(
     client: &Client,
@@ -99,13 +99,13 @@ pub async fn eval<R: FromValue>(
     request: impl Fn() -> (Vec<Key>, Vec<Value>),
 ) -> Result<R, EvalError> {
     let mut loaded = false;
-    // Where the slot is being imported, once its owner has redirected us.
+    // Where the hash slot is being imported, once its owner has redirected us.
     let mut asking: Option<(u16, Server)> = None;
     let mut redirects = 0u32;
     loop {
         // Built per attempt: a retry is rare, and the first attempt moves its buffers.
         let (keys, args) = request();
-        let slot = keys.first().map_or(0, |k| redis_keyslot(k.as_bytes()));
+        let hash_slot = keys.first().map_or(0, |k| redis_keyslot(k.as_bytes()));
         let res: Result<R, Error> = match &asking {
             None => {
                 client
@@ -122,7 +122,7 @@ pub async fn eval<R: FromValue>(
             Err(e) if e.details().starts_with("NOSCRIPT") && !loaded => {
                 loaded = true;
                 let load = match &asking {
-                    // A node fred does not route this slot to may lack the script.
+                    // A node fred does not route this hash slot to may lack the script.
                     Some((_, node)) => {
                         client
                             .with_cluster_node(node.clone())
@@ -142,15 +142,15 @@ pub async fn eval<R: FromValue>(
             }
             Err(e) if migration::redirected(&e) && Instant::now() < retry_until => {
                 // MOVED (fred has re-read the topology: the next try goes to the new owner)
-                // or ASK (the slot is migrating: the next try goes to the importing node).
+                // or ASK (the hash slot is migrating: the next try goes to the importing node).
                 // Redirected while already asking: the migration moved on; look again.
-                if let Some((slot, _)) = asking.take() {
-                    migrations.forget(slot);
+                if let Some((hash_slot, _)) = asking.take() {
+                    migrations.forget(hash_slot);
                 }
                 asking = migrations
-                    .importing_node(client, slot)
+                    .importing_node(client, hash_slot)
                     .await
-                    .map(|node| (slot, node));
+                    .map(|node| (hash_slot, node));
                 redirects += 1;
                 if redirects > 1 {
                     // The topology is still settling: do not hammer it.

@@ -63,7 +63,7 @@ impl Mapper {
         parse::parse(yaml, file)
     }
 
-    /// envoyproxy/ratelimit's built-in mapping (its `src/stats/prom/default_mapper.yaml`),
+    /// envoyproxy/ratelimit's built-in mapping (its `src/telemetry/stats/prom/default_mapper.yaml`),
     /// used when it runs with the Prometheus sink and no mapping file.
     pub fn envoyproxy_default() -> &'static Mapper {
         static DEFAULT: OnceLock<Mapper> = OnceLock::new();

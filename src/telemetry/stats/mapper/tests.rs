@@ -1,3 +1,6 @@
+//! The mapper against statsd_exporter's behaviour: globs, regexes, templates, defaults,
+//! escaping, errors with lines, and Envoy Gateway's own mapping file.
+
 use super::*;
 use crate::telemetry::stats::mapper::kind::{
     SummaryQuantile, TimerType, DEFAULT_BUCKETS, DEFAULT_QUANTILES,
