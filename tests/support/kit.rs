@@ -6,7 +6,6 @@
 //! a key prefix of its own, so tests never share counters. Time is a [`ManualClock`] the test
 //! drives; Redis stores take "now" from it too (`ClockSource::Local`), so every store sees the
 //! same time.
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -8,7 +8,6 @@
 //!
 //! Part of the shared test support (`tests/support`). Every wait is bounded and panics with
 //! a message saying what did not happen.
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};

@@ -6,7 +6,6 @@
 //! fixed windows never roll over mid-test and waits are exact (50 s to the minute's end).
 
 // Each test crate that includes this module uses a subset of it.
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -142,15 +141,6 @@ impl TestServer {
 
     pub fn http_url(&self, path: &str) -> String {
         format!("http://{}{path}", self.running.http_addr)
-    }
-
-    /// A URL on the write listener (`TestOptions::admin_token`).
-    pub fn write_url(&self, path: &str) -> String {
-        let addr = self
-            .running
-            .admin_write_addr
-            .expect("started with an admin token");
-        format!("http://{addr}{path}")
     }
 
     /// A rate limit client on a connection of its own.

@@ -366,6 +366,5 @@ pub fn nest(key: &str, value: &str, descriptors: Vec<RateLimitDescriptor>) -> Ra
 }
 
 /// Units of `RateLimitPolicy`.
-pub const SECOND: i32 = 1;
 pub const MINUTE: i32 = 2;
 pub const HOUR: i32 = 3;
