@@ -17,7 +17,8 @@
 --   test reads the `local` lines below that name them and fails when the two drift.
 --   CALL_NUMBERS numbers first: now in µs (-1: use Redis TIME, so replicas with skewed clocks
 --   agree), the number of KEYS, the mode, the quota descriptors of the whole request, n (the
---   number of charges), and the request's concurrency slot id (two numbers). Then
+--   number of charges), the request's id (two numbers: its concurrency slots and its
+--   reservation are held under it), and a reservation record's time to live in ms (RESERVE). Then
 --   CHARGE_NUMBERS per charge: key index (1-based into KEYS), algorithm, limit, window_us,
 --   burst, overdraft (0|1), cost, role (ENFORCED, SHADOW, or QUOTA + d for quota descriptor d
 --   of the request). A calendar window (a fixed window whose window is a calendar period in a
@@ -32,6 +33,15 @@
 --   slots the call's slot id holds on its concurrency charges; added says how many); RENEW
 --   (move their holds' end to now + the hold). In both, a concurrency charge is allowed when
 --   the id held slots on it; every other charge is allowed and touches nothing.
+--   RESERVE (as DECIDE, then the record of what landed, per counter: its key, the charge's
+--   cost, what it added and its marks, is written to the record key, for the call's record
+--   time to live); SETTLE (the record's counters settle with the
+--   charges' costs as the actual use, algorithm::reservation::settle: what the estimate
+--   over-charged is refunded where it landed, what the actual exceeds it by lands now, as
+--   overdraft; a charge is allowed when the record named its counter; the record goes, so a
+--   second settle finds nothing); UNRESERVE (as REFUND, and the record goes). In these three
+--   modes the call's last key is its record key (src/store/placement.rs `record_key`): KEYS
+--   names nkeys - 1 counters, then it.
 --
 -- Returns "=" then, packed the same way, now and 6 numbers per charge: allowed (0|1),
 -- remaining, wait_us (-1 = never), added (units this request left in the counter), mark1,
@@ -64,8 +74,9 @@
 -- a single call).
 
 -- The layout (src/store/redis/script.rs `layout`).
-local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 7, 8, 5
+local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 8, 5
 local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND, RELEASE, RENEW = 0, 1, 2, 3, 4, 5
+local RESERVE, SETTLE, UNRESERVE = 6, 7, 8
 local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY = 0, 1, 2, 3
 local ENFORCED, SHADOW, QUOTA = 0, 1, 2
 -- Where the first charge starts in a call's numbers (1-based), and the size of a charge and
@@ -85,7 +96,7 @@ local HEADER, CHUNK, COMPACT = 16, 256, 4096
 -- The call being decided: its offset into KEYS, its packed numbers, its mode and time. Most
 -- functions capture these, `now` above all: declared last, they are found first when each
 -- function is made.
-local KO, P, nkeys, mode, quota_total, n, slot_hi, slot_lo
+local KO, P, nkeys, mode, quota_total, n, slot_hi, slot_lo, record_ms
 local now
 
 -- Keys outlive their state by 1 s, so a key never disappears while a clock a little behind
@@ -785,8 +796,29 @@ build = function()
   end
 
   -- Decides (or refunds) the call: batch::evaluate then batch::report, step by step.
+  -- A reservation's record: per counter it charged, { key, cost, added, mark1, mark2 }.
+  local function record_read(key)
+    local raw = redis.call('GET', key)
+    local entries = {}
+    if raw then
+      local pos = 1
+      while pos <= #raw do
+        local cost, added, mark1, mark2, len, at = struct.unpack('<ddddd', raw, pos)
+        entries[#entries + 1] = { key = string.sub(raw, at, at + len - 1), cost = cost,
+          added = added, mark1 = mark1, mark2 = mark2 }
+        pos = at + len
+      end
+    end
+    return entries
+  end
+
   local function general()
     local count_rejected = mode == COUNT_REJECTED
+    -- The record key, in the modes that have one: the call's last key, after its counters.
+    local nc, record = nkeys, nil
+    if mode == RESERVE or mode == SETTLE or mode == UNRESERVE then
+      nc, record = nkeys - 1, KEYS[KO + nkeys]
+    end
     -- Per charge: its limit, cost and role, its counter c, and then whether it fit and what
     -- it landed.
     local charges, counters = {}, {}
@@ -825,7 +857,7 @@ build = function()
           end
         end
       end
-    elseif mode == REFUND then
+    elseif mode == REFUND or mode == UNRESERVE then
       local b = FIRST + n * CHARGE
       for i = 1, n do
         local ch = charges[i]
@@ -835,6 +867,34 @@ build = function()
         if amount > 0 then refund(ch.c, ch, amount, mark1, mark2) end
         if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end
       end
+      if mode == UNRESERVE then redis.call('DEL', record) end
+    elseif mode == SETTLE then
+      local entries = record_read(record)
+      for i = 1, n do
+        local ch = charges[i]
+        local c = ch.c
+        local e
+        for j = 1, #entries do
+          if entries[j].key == c.key then
+            e = table.remove(entries, j)
+            break
+          end
+        end
+        if e and c.alg ~= CONCURRENCY then
+          ch.allowed = true
+          local back = e.added - ch.cost
+          if back > 0 then
+            refund(c, ch, back, e.mark1, e.mark2)
+            if c.alg == TOKEN_BUCKET then c.after = c.s end
+          end
+          local excess = ch.cost - e.cost
+          if excess > 0 then
+            ch.landed, ch.mark1, ch.mark2 = land(c, ch, excess)
+            write(c)
+          end
+        end
+      end
+      redis.call('DEL', record)
     else
       for i = 1, n do
         local ch = charges[i]
@@ -846,7 +906,7 @@ build = function()
       end
       -- A counter keeps what landed on it when the verdict lets its charges stay.
       local v = verdict(charges)
-      for ki = 1, nkeys do
+      for ki = 1, nc do
         local c = counters[ki]
         local stays = count_rejected or v == 0 or (v == 1 and c.overdraft)
         c.commit = stays and mode ~= DRY_RUN and c.added > 0
@@ -860,6 +920,18 @@ build = function()
       for i = 1, n do
         local ch = charges[i]
         if not ch.c.commit then ch.landed, ch.mark1, ch.mark2 = 0, 0, 0 end
+      end
+      if mode == RESERVE then
+        -- The record of what landed (none when nothing did), for record_ms.
+        local parts = {}
+        for i = 1, n do
+          local ch = charges[i]
+          if ch.landed > 0 and ch.alg ~= CONCURRENCY then
+            parts[#parts + 1] = struct.pack('<ddddd', ch.cost, ch.landed, ch.mark1, ch.mark2,
+              #ch.c.key) .. ch.c.key
+          end
+        end
+        if #parts > 0 then redis.call('SET', record, table.concat(parts), 'PX', record_ms) end
       end
     end
 
@@ -887,7 +959,7 @@ end
 local function one(ko, p)
   KO, P = ko, p
   local t
-  t, nkeys, mode, quota_total, n, slot_hi, slot_lo = struct.unpack('<ddddddd', P)
+  t, nkeys, mode, quota_total, n, slot_hi, slot_lo, record_ms = struct.unpack('<dddddddd', P)
   if t < 0 then
     if clock == nil then
       local time = redis.call('TIME')

@@ -166,9 +166,10 @@ import random, struct, sys
 sha, calls, per, alg, nkeys = sys.argv[1], *map(int, sys.argv[2:])
 def bulk(b): return b"$%d\r\n%s\r\n" % (len(b), b)
 limit, window, burst = [(4e9, 60e6, 4e9), (4e9, 60e6, 4e9), (1e6, 1e6, 4e6)][alg]
-# Redis TIME (-1), 1 key, decide (0), no quota descriptors, 1 charge: key 1, the algorithm,
-# limit, window, burst, no overdraft, cost 1, enforced
-packed = struct.pack("<13d", -1, 1, 0, 0, 1, 1, alg, limit, window, burst, 0, 1, 0)
+# Redis TIME (-1), 1 key, decide (0), no quota descriptors, 1 charge, no request id (two
+# numbers), no reservation record; then the charge: key 1, the algorithm, limit, window,
+# burst, no overdraft, cost 1, enforced
+packed = struct.pack("<16d", -1, 1, 0, 0, 1, 0, 0, 0, 1, alg, limit, window, burst, 0, 1, 0)
 out = sys.stdout.buffer
 for _ in range(calls // per):
     keys = [b"tg:v3:{bench|a=%d}|x" % random.randrange(nkeys) for _ in range(per)]

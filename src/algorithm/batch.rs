@@ -81,7 +81,10 @@ pub fn evaluate(
     mode: Mode,
     quota_descriptors: usize,
 ) -> Evaluated {
-    debug_assert!(mode != Mode::Refund, "a refund is not a batch");
+    debug_assert!(
+        !matches!(mode, Mode::Refund | Mode::Unreserve | Mode::Settle),
+        "a refund or a settle is not a batch (see super::refund, super::reservation)"
+    );
     if matches!(mode, Mode::Release | Mode::Renew) {
         return slots(counters, charges, now, mode);
     }

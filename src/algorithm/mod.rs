@@ -16,6 +16,7 @@ pub mod batch;
 pub mod concurrency;
 pub mod fixed_window;
 pub mod inspect;
+pub mod reservation;
 pub mod rule;
 pub mod sliding_window;
 pub mod token_bucket;

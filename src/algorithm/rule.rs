@@ -32,9 +32,19 @@ pub enum Mode {
     /// Free the concurrency slots the request's slot id holds (a charge's `added`: what it
     /// freed); nothing else is touched.
     Release = 4,
-    /// Renew the leases of the concurrency slots the request's slot id holds (a charge is
+    /// Renew the holds of the concurrency slots the request's slot id holds (a charge is
     /// allowed when its id held slots there); nothing else is touched.
     Renew = 5,
+    /// Decide all-or-nothing and charge, as `Decide`, and keep a record of what landed under
+    /// the request's id, for a settle (`super::reservation`).
+    Reserve = 6,
+    /// Settle the reservation the request's id names: each charge's cost is the actual use
+    /// on its counter (a charge is allowed when the reservation charged that counter); the
+    /// record goes, so a second settle finds nothing.
+    Settle = 7,
+    /// Refund a reservation's landed charges (as `Refund`) and drop its record: the group of
+    /// a reservation the request's final verdict denied.
+    Unreserve = 8,
 }
 
 impl Mode {
@@ -57,7 +67,29 @@ impl Mode {
             Mode::Refund => "refund",
             Mode::Release => "release",
             Mode::Renew => "renew",
+            Mode::Reserve => "reserve",
+            Mode::Settle => "settle",
+            Mode::Unreserve => "unreserve",
         }
+    }
+
+    /// Whether the request is decided all-or-nothing and may be denied (`Decide`, `Reserve`).
+    pub fn decides(self) -> bool {
+        matches!(self, Mode::Decide | Mode::Reserve)
+    }
+
+    /// The mode a group's refund runs in when the request ran in this one: a reservation's
+    /// record goes with its charges.
+    pub fn refunding(self) -> Mode {
+        match self {
+            Mode::Reserve => Mode::Unreserve,
+            _ => Mode::Refund,
+        }
+    }
+
+    /// Whether a group call keeps or reads a reservation's record.
+    pub fn has_record(self) -> bool {
+        matches!(self, Mode::Reserve | Mode::Settle | Mode::Unreserve)
     }
 }
 

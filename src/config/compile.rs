@@ -68,6 +68,10 @@ pub(super) fn compile_raw(
     if raw.max_hits == Some(0) {
         return Err(err(ConfigProblem::ZeroMaxHits(domain)));
     }
+    let default_estimate = raw.reservations.and_then(|r| r.default_estimate);
+    if default_estimate == Some(0) {
+        return Err(err(ConfigProblem::ZeroDefaultEstimate(domain)));
+    }
     let usage = usage_domains.matches(&domain);
     let mut root = Level::default();
     for rule in raw.descriptors.unwrap_or_default() {
@@ -81,6 +85,7 @@ pub(super) fn compile_raw(
             allow_overrides: raw.allow_overrides.unwrap_or(true),
             max_hits: raw.max_hits,
             usage,
+            default_estimate,
         },
     })
 }

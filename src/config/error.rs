@@ -64,6 +64,11 @@ pub enum ConfigProblem {
     SeveralDocuments(usize),
     #[error("domain '{0}': max_hits must be at least 1 (it is the largest cost one descriptor may carry)")]
     ZeroMaxHits(String),
+    #[error(
+        "domain '{0}': reservations.default_estimate must be at least 1 (leave it out to refuse \
+         reservations that carry no estimate)"
+    )]
+    ZeroDefaultEstimate(String),
     #[error("duplicate domain '{0}' in config file")]
     DuplicateDomain(String),
     /// Merged files (`--merge-domains`) that disagree on the domain's own settings.

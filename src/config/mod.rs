@@ -47,6 +47,9 @@ pub struct DomainPolicy {
     /// A usage domain (`--usage-domains`): every limit, a caller's override too, is an
     /// overdraft limit.
     pub usage: bool,
+    /// `reservations: {default_estimate: N}`: what a reservation that carries no estimate is
+    /// charged (`None`: it is refused).
+    pub default_estimate: Option<u64>,
 }
 
 impl Default for DomainPolicy {
@@ -56,6 +59,7 @@ impl Default for DomainPolicy {
             allow_overrides: true,
             max_hits: None,
             usage: false,
+            default_estimate: None,
         }
     }
 }

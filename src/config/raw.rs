@@ -31,6 +31,19 @@ pub struct RawFile {
     /// tollgate: the largest cost one descriptor of this domain may carry.
     #[serde(default)]
     pub max_hits: Option<u64>,
+    /// tollgate: how reservations of this domain are charged.
+    #[serde(default)]
+    pub reservations: Option<RawReservations>,
+}
+
+/// `reservations:` (see `service::reserve`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReservations {
+    /// The estimate a reservation without one is charged; absent: such a reservation is
+    /// refused.
+    #[serde(default)]
+    pub default_estimate: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -9,7 +9,7 @@ use crate::algorithm::concurrency::SlotId;
 use crate::algorithm::rule::ChargeOutcome;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::Plan;
-use crate::service::decision::{assemble, on_store_failure, Decision};
+use crate::service::decision::{assemble, on_store_failure, refused, Code, Decision};
 use crate::service::error::CallError;
 use crate::service::respond::response;
 use crate::service::settings::{FailureMode, Settings};
@@ -19,9 +19,49 @@ use crate::store::error::StoreError;
 pub struct Ended<'c> {
     /// A slot release the request carried, done before its other descriptors were decided.
     pub release: Option<Released>,
+    /// A settle the request carried, done before its other descriptors were decided.
+    pub settle: Option<Settled>,
     /// The store failed and this failure policy answered (or, as `error`, refused).
     pub store_failed: Option<(StoreError, FailureMode)>,
     pub result: Result<Answered<'c>, CallError>,
+}
+
+impl<'c> Ended<'c> {
+    /// A call that ended with `result`, and nothing besides.
+    pub fn result(result: Result<Answered<'c>, CallError>) -> Ended<'c> {
+        Ended {
+            release: None,
+            settle: None,
+            store_failed: None,
+            result,
+        }
+    }
+
+    /// A call refused before it was decided.
+    pub fn refused(e: CallError) -> Ended<'c> {
+        Ended::result(Err(e))
+    }
+
+    /// A call decided by `by`.
+    pub fn answered(plan: Plan<'c>, outcomes: Vec<ChargeOutcome>, by: AnsweredBy) -> Ended<'c> {
+        Ended::result(Ok(Answered::new(plan, outcomes, by)))
+    }
+}
+
+/// What a settle did.
+#[derive(Debug)]
+pub struct Settled {
+    pub id: SlotId,
+    /// `Ok(None)`: the descriptors reach no limit a reservation charges.
+    pub done: Result<Option<SettleDone>, CallError>,
+}
+
+/// What a settle found: on how many limits the reservation had charged (0: the id was settled
+/// already, or never issued), and the largest actual use it was given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SettleDone {
+    pub limits: u32,
+    pub actual: u64,
 }
 
 /// What a release did.
@@ -46,9 +86,13 @@ pub struct Answered<'c> {
     /// One per planned charge (none when nothing was charged).
     pub outcomes: Vec<ChargeOutcome>,
     pub by: AnsweredBy,
-    /// The rest of a request whose release descriptors were split off (the plan is of it),
-    /// and where those descriptors were: each is answered OK with no limit.
+    /// The rest of a request whose marked descriptors were split off (the plan is of it), and
+    /// where those descriptors were: each is answered OK with no limit (`service::marked`).
     pub rest: Option<(RateLimitRequest, Vec<usize>)>,
+    /// Descriptors of the plan refused for a missing estimate (`AnsweredBy::NoEstimate`).
+    pub refused: Vec<usize>,
+    /// The request was decided as a reservation (`Mode::Reserve`).
+    pub reserving: bool,
 }
 
 /// Who decided.
@@ -64,17 +108,39 @@ pub enum AnsweredBy {
     Policy(FailureMode),
     /// `--failure-mode local`: the in-process limiter, each limit shared out.
     Local,
+    /// Nobody: a reservation without an estimate, in a domain without a default, is refused.
+    NoEstimate,
 }
 
-impl Answered<'_> {
+impl<'c> Answered<'c> {
+    pub fn new(plan: Plan<'c>, outcomes: Vec<ChargeOutcome>, by: AnsweredBy) -> Answered<'c> {
+        Answered {
+            plan,
+            outcomes,
+            by,
+            rest: None,
+            refused: Vec::new(),
+            reserving: false,
+        }
+    }
+
     /// The decision: the one denial and reporting rules over what each charge got.
     pub fn decision(&self, global_shadow: bool) -> Decision<'_> {
         match self.by {
             AnsweredBy::Policy(mode) => {
                 on_store_failure(&self.plan, mode == FailureMode::Allow, global_shadow)
             }
+            AnsweredBy::NoEstimate => refused(&self.plan, &self.refused, global_shadow),
             _ => assemble(&self.plan, &self.outcomes, global_shadow),
         }
+    }
+
+    /// Whether the request reserved: its charges landed under its id, with a record.
+    pub fn reserved(&self, decision: &Decision<'_>) -> bool {
+        self.plan.slot != (0, 0)
+            && matches!(self.by, AnsweredBy::Store(_))
+            && decision.overall == Code::Ok
+            && self.reserving
     }
 
     /// The answer on the wire for `req` (the request as it came).
@@ -93,7 +159,8 @@ impl Answered<'_> {
             Some((rest, at)) => (rest, &at[..]),
             None => (req, &[][..]),
         };
-        let mut out = response(settings, decided, &self.plan, decision, policy);
+        let reserved = self.reserved(decision);
+        let mut out = response(settings, decided, &self.plan, decision, policy, reserved);
         for &i in released {
             let ok = crate::pb::rls::rate_limit_response::DescriptorStatus {
                 code: crate::pb::rls::rate_limit_response::Code::Ok as i32,

@@ -112,6 +112,33 @@ pub fn on_store_failure<'p>(plan: &'p Plan<'_>, allow: bool, global_shadow: bool
     d
 }
 
+/// The answer to a request refused before any store was asked (a reservation without an
+/// estimate, in a domain without a default): the descriptors at `refused` are OVER_LIMIT
+/// with no limit, the others OK with none; nothing was charged.
+pub fn refused<'p>(plan: &'p Plan<'_>, refused: &[usize], global_shadow: bool) -> Decision<'p> {
+    let statuses = (0..plan.descriptors.len())
+        .map(|i| match refused.contains(&i) {
+            true => Status {
+                code: Code::OverLimit,
+                limit: None,
+                remaining: 0,
+                wait_us: None,
+                unsatisfiable: false,
+            },
+            false => unlimited_status(0),
+        })
+        .collect();
+    Decision {
+        overall: if global_shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        },
+        statuses,
+        shadowed: global_shadow,
+    }
+}
+
 fn unlimited_status<'p>(remaining: u32) -> Status<'p> {
     Status {
         code: Code::Ok,

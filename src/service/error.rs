@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::plan::PlanError;
-use crate::service::slots::ReleaseError;
+use crate::service::slots::IdError;
 use crate::service::validate::ValidationError;
 use crate::store::error::StoreError;
 
@@ -35,9 +35,9 @@ pub enum InvalidRequest {
     /// Against the domain's config (`max_hits`, a limit override).
     #[error(transparent)]
     Plan(#[from] PlanError),
-    /// A slot release that cannot be one.
+    /// An id (a release's, a settle's) that cannot be one.
     #[error(transparent)]
-    Release(#[from] ReleaseError),
+    Id(#[from] IdError),
 }
 
 /// A store failure as the caller hears it: the decision's error, and the store's standing

@@ -12,6 +12,7 @@
 pub mod answer;
 pub mod decision;
 pub mod error;
+pub mod marked;
 pub mod observe;
 pub mod respond;
 pub mod settings;
@@ -31,11 +32,14 @@ use crate::config::{Config, DomainPolicy};
 use crate::limit::Algorithm;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::{plan, Plan, PlannedCharge};
-use crate::service::answer::{Answered, AnsweredBy, Ended, Released, SlotsDone};
+use crate::service::answer::{
+    Answered, AnsweredBy, Ended, Released, SettleDone, Settled, SlotsDone,
+};
 use crate::service::error::{CallError, InvalidRequest, StoreDown};
+use crate::service::marked::{any_marked, split};
 use crate::service::observe::{Observer, Report};
 use crate::service::settings::{FailureMode, Settings};
-use crate::service::slots::{new_id, release_of, split_release};
+use crate::service::slots::new_id;
 use crate::service::validate::{validate, Bounds};
 use crate::store::error::{Cause, StoreError};
 use crate::store::memory::MemoryStore;
@@ -151,61 +155,107 @@ impl<S: Store> RateLimiter<S> {
         Ok(done.unwrap_or_default())
     }
 
-    /// The call, decided: a release first if the request carries one, then its other
-    /// descriptors.
+    /// The call, decided: a release and a settle first if the request carries them, then its
+    /// other descriptors (a reservation if one of them says so; see `marked`).
     async fn answer<'c>(
         &self,
         req: &RateLimitRequest,
         config: &'c Config,
         policy: Option<DomainPolicy>,
     ) -> Ended<'c> {
-        let refused = |e: InvalidRequest| Ended {
-            release: None,
-            store_failed: None,
-            result: Err(e.into()),
-        };
+        let invalid = |e: InvalidRequest| Ended::refused(e.into());
         if let Err(e) = validate(req, &self.settings.bounds) {
-            return refused(e.into());
+            return invalid(e.into());
         }
         let disabled = self.settings.disabled || policy.is_some_and(|p| p.disabled);
-        match release_of(req) {
-            Err(e) => refused(e.into()),
-            Ok(None) => self.decide(req, config, policy, disabled).await,
-            Ok(Some((id, at))) => {
-                let (released, rest) = split_release(req, &at);
-                let release = (!disabled).then_some(RateLimitRequest {
+        let charging = Mode::charging(self.settings.count_rejected);
+        if !any_marked(req) {
+            return self.decide(req, config, policy, disabled, charging).await;
+        }
+        let marked = match split(req, policy.and_then(|p| p.default_estimate)) {
+            Ok(m) => m,
+            Err(e) => return invalid(e.into()),
+        };
+        let mut released = None;
+        let mut settled = None;
+        if !disabled {
+            if let Some((id, descriptors)) = marked.release {
+                let release = RateLimitRequest {
                     domain: req.domain.clone(),
-                    descriptors: released,
+                    descriptors,
                     hits_addend: 0,
-                });
-                let released = match release {
-                    Some(r) => Some(Released {
-                        id,
-                        done: self.run_slots(&r, id, Mode::Release).await,
-                    }),
-                    None => None,
                 };
-                let mut ended = if rest.descriptors.is_empty() {
-                    Ended {
-                        release: None,
-                        store_failed: None,
-                        result: Ok(Answered {
-                            plan: Plan::no_limits(0),
-                            outcomes: Vec::new(),
-                            by: AnsweredBy::Nobody,
-                            rest: None,
-                        }),
-                    }
-                } else {
-                    self.decide(&rest, config, policy, disabled).await
+                let done = self.run_slots(&release, id, Mode::Release).await;
+                released = Some(Released { id, done });
+            }
+            if let Some((id, descriptors)) = marked.settle {
+                let settle = RateLimitRequest {
+                    domain: req.domain.clone(),
+                    descriptors,
+                    hits_addend: req.hits_addend,
                 };
-                ended.release = released;
-                if let Ok(answer) = &mut ended.result {
-                    answer.rest = Some((rest, at));
-                }
-                ended
+                let done = self.run_settle(&settle, id).await;
+                settled = Some(Settled { id, done });
             }
         }
+        let rest = marked.rest;
+        let mut ended = if rest.descriptors.is_empty() {
+            Ended::answered(Plan::no_limits(0), Vec::new(), AnsweredBy::Nobody)
+        } else if !marked.refused.is_empty() && !disabled {
+            // A reservation without an estimate where the domain has no default: refused,
+            // nothing asked of the store.
+            Ended::answered(
+                Plan::no_limits(rest.descriptors.len()),
+                Vec::new(),
+                AnsweredBy::NoEstimate,
+            )
+        } else {
+            let mode = if marked.reserve {
+                Mode::Reserve
+            } else {
+                charging
+            };
+            self.decide(&rest, config, policy, disabled, mode).await
+        };
+        ended.release = released;
+        ended.settle = settled;
+        if let Ok(answer) = &mut ended.result {
+            answer.refused = marked.refused;
+            answer.rest = Some((rest, marked.answered));
+        }
+        ended
+    }
+
+    /// Settles the reservation `id` on the counters `req`'s descriptors reach, each
+    /// descriptor's cost the actual use; `None` when they reach no limit a reservation
+    /// charges. A settle of an id already settled (or never issued) finds no record: every
+    /// outcome then says so (`allowed` false) and nothing changes.
+    async fn run_settle(
+        &self,
+        req: &RateLimitRequest,
+        id: SlotId,
+    ) -> Result<Option<SettleDone>, CallError> {
+        let config = self.config.load();
+        let mut plan = plan(&config, req).map_err(InvalidRequest::from)?;
+        plan.charges
+            .retain(|c| c.limit.params.algorithm != Algorithm::Concurrency);
+        for c in &mut plan.charges {
+            c.role = Role::Enforced;
+        }
+        plan.quota_descriptors = 0;
+        plan.slot = id;
+        if plan.charges.is_empty() {
+            return Ok(None);
+        }
+        let outcomes = self
+            .store
+            .apply(&plan, Mode::Settle)
+            .await
+            .map_err(CallError::store)?;
+        Ok(Some(SettleDone {
+            limits: outcomes.iter().filter(|o| o.allowed).count() as u32,
+            actual: plan.charges.iter().map(|c| c.cost).max().unwrap_or(0),
+        }))
     }
 
     /// A release or renew of a request already validated; `None` when its descriptors reach
@@ -245,29 +295,20 @@ impl<S: Store> RateLimiter<S> {
         Ok(Some(done))
     }
 
-    /// A valid request without a release: planned and decided by the store, or by the
-    /// failure policy when the store cannot.
+    /// A valid request without marks: planned and decided by the store in `mode` (`Decide`,
+    /// `CountRejected` or `Reserve`), or by the failure policy when the store cannot.
     async fn decide<'c>(
         &self,
         req: &RateLimitRequest,
         config: &'c Config,
         policy: Option<DomainPolicy>,
         disabled: bool,
+        mode: Mode,
     ) -> Ended<'c> {
-        let answered = |plan, outcomes, by| Ended {
-            release: None,
-            store_failed: None,
-            result: Ok(Answered {
-                plan,
-                outcomes,
-                by,
-                rest: None,
-            }),
-        };
         if disabled {
             // The kill switch: OK for every descriptor, nothing read or written.
             let plan = Plan::no_limits(req.descriptors.len());
-            return answered(plan, Vec::new(), AnsweredBy::Disabled);
+            return Ended::answered(plan, Vec::new(), AnsweredBy::Disabled);
         }
         if policy.is_some_and(|p| !p.allow_overrides)
             && req.descriptors.iter().any(|d| d.limit.is_some())
@@ -282,23 +323,26 @@ impl<S: Store> RateLimiter<S> {
         }
         let mut plan = match plan(config, req) {
             Ok(p) => p,
-            Err(e) => {
-                return Ended {
-                    release: None,
-                    store_failed: None,
-                    result: Err(InvalidRequest::from(e).into()),
+            Err(e) => return Ended::refused(InvalidRequest::from(e).into()),
+        };
+        if mode == Mode::Reserve {
+            // A reservation must fit: refused, it charges nothing, in a usage domain too.
+            for c in &mut plan.charges {
+                if c.limit.params.overdraft {
+                    c.limit.to_mut().params.overdraft = false;
                 }
             }
-        };
-        if plan
-            .charges
-            .iter()
-            .any(|c| c.limit.params.algorithm == Algorithm::Concurrency)
+        }
+        if mode == Mode::Reserve
+            || plan
+                .charges
+                .iter()
+                .any(|c| c.limit.params.algorithm == Algorithm::Concurrency)
         {
             plan.slot = new_id();
         }
         if plan.charges.is_empty() {
-            return answered(plan, Vec::new(), AnsweredBy::Nobody);
+            return Ended::answered(plan, Vec::new(), AnsweredBy::Nobody);
         }
         if self.fallback.is_some() && !self.store.is_ready() {
             // The local fallback answers at once while the store is known to be down.
@@ -307,12 +351,15 @@ impl<S: Store> RateLimiter<S> {
             });
             return self.on_store_failure(plan, reason).await;
         }
-        let mode = Mode::charging(self.settings.count_rejected);
         let asked = Instant::now();
-        match self.store.apply(&plan, mode).await {
-            Ok(outcomes) => answered(plan, outcomes, AnsweredBy::Store(asked.elapsed())),
+        let mut ended = match self.store.apply(&plan, mode).await {
+            Ok(outcomes) => Ended::answered(plan, outcomes, AnsweredBy::Store(asked.elapsed())),
             Err(e) => self.on_store_failure(plan, e).await,
+        };
+        if let Ok(answer) = &mut ended.result {
+            answer.reserving = mode == Mode::Reserve;
         }
+        ended
     }
 
     /// The failure policy answers for a store that could not decide.
@@ -323,18 +370,14 @@ impl<S: Store> RateLimiter<S> {
                 error: error.clone(),
                 reason: self.store.reason(),
             })),
-            FailureMode::Allow | FailureMode::Deny => Ok(Answered {
-                plan,
-                outcomes: Vec::new(),
-                by: AnsweredBy::Policy(mode),
-                rest: None,
-            }),
+            FailureMode::Allow | FailureMode::Deny => {
+                Ok(Answered::new(plan, Vec::new(), AnsweredBy::Policy(mode)))
+            }
             FailureMode::Local => self.decide_locally(&plan).await,
         };
         Ended {
-            release: None,
             store_failed: Some((error, mode)),
-            result,
+            ..Ended::result(result)
         }
     }
 
@@ -349,12 +392,7 @@ impl<S: Store> RateLimiter<S> {
         let mode = Mode::charging(self.settings.count_rejected);
         let outcomes: Vec<ChargeOutcome> =
             store.apply(&local, mode).await.map_err(CallError::store)?;
-        Ok(Answered {
-            plan: local,
-            outcomes,
-            by: AnsweredBy::Local,
-            rest: None,
-        })
+        Ok(Answered::new(local, outcomes, AnsweredBy::Local))
     }
 }
 

@@ -17,9 +17,10 @@ use crate::service::answer::{Answered, AnsweredBy, Ended, SlotsDone};
 use crate::service::decision::{plan_verdict, Code, Decision};
 use crate::service::error::CallError;
 use crate::service::settings::Settings;
+use crate::telemetry::counted::{LimitResult, RequestCode};
 use crate::telemetry::latency::LatencyWindow;
 use crate::telemetry::logging;
-use crate::telemetry::metrics::{DomainMetrics, LimitResult, Metrics, RequestCode, UNKNOWN_DOMAIN};
+use crate::telemetry::metrics::{DomainMetrics, Metrics, UNKNOWN_DOMAIN};
 use crate::telemetry::stats::name;
 use crate::telemetry::stats::registry::{Observation, ServiceEvent, Statistics};
 use crate::telemetry::top::Top;
@@ -84,6 +85,24 @@ impl Observer {
                 Err(e) => {
                     if let Some(suppressed) = log_throttle::due("release_failed") {
                         tracing::warn!(error = %e, suppressed, "a slot release failed: its slots are held until their lease ends");
+                    }
+                }
+            }
+        }
+        if let Some(settle) = &r.ended.settle {
+            match &settle.done {
+                Ok(Some(done)) if done.limits > 0 => self.metrics.settle("settled"),
+                Ok(Some(_)) => {
+                    self.metrics.settle("unknown");
+                    tracing::debug!(
+                        id = %crate::service::slots::format_id(settle.id),
+                        "settle of a reservation already settled, expired or never issued: nothing changed"
+                    );
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if let Some(suppressed) = log_throttle::due("settle_failed") {
+                        tracing::warn!(error = %e, suppressed, "a settle failed: the reservation's estimate stays charged");
                     }
                 }
             }
@@ -172,9 +191,18 @@ impl Observer {
             Code::OverLimit => RequestCode::OverLimit,
         };
         let req = answer.request(r.req);
+        if answer.reserving {
+            let reserved = decision.overall == Code::Ok;
+            self.metrics
+                .reservation(if reserved { "reserved" } else { "refused" });
+        }
         match answer.by {
             AnsweredBy::Disabled => self.metrics.request(domain, RequestCode::Disabled),
             AnsweredBy::Policy(_) => self.metrics.request(domain, code),
+            AnsweredBy::NoEstimate => {
+                self.metrics.reservation("no_estimate");
+                self.metrics.request(domain, code);
+            }
             AnsweredBy::Nobody | AnsweredBy::Store(_) | AnsweredBy::Local => {
                 if let AnsweredBy::Store(took) = answer.by {
                     self.store_latency.record(took);

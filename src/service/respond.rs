@@ -19,13 +19,15 @@ pub const STORE_FAILURE_KEY: &str = "tollgate.store_failure";
 /// The response header carrying the same, with `--store-failure-header`.
 pub const STORE_FAILURE_HEADER: &str = "x-tollgate-store-failure";
 
-/// The response for `decision`. `store_failed` names the failure policy that answered.
+/// The response for `decision`. `store_failed` names the failure policy that answered;
+/// `reserved`: the request reserved under its id (see `service::marked`).
 pub fn response(
     settings: &Settings,
     req: &RateLimitRequest,
     plan: &Plan<'_>,
     decision: &Decision<'_>,
     store_failed: Option<FailureMode>,
+    reserved: bool,
 ) -> RateLimitResponse {
     let mut out = RateLimitResponse {
         overall_code: proto_code(decision.overall),
@@ -40,14 +42,15 @@ pub fn response(
     }
     // The slots an OK request took: their id, for Envoy's call when the stream is done (or a
     // direct caller) to release them.
-    if plan.slot != (0, 0) && decision.overall == Code::Ok && store_failed.is_none() {
-        let lease = plan
-            .charges
-            .iter()
-            .filter(|c| c.limit.params.algorithm == crate::limit::Algorithm::Concurrency)
-            .map(|c| c.limit.params.window_us)
-            .min()
-            .unwrap_or(0);
+    let hold = plan
+        .charges
+        .iter()
+        .filter(|c| c.limit.params.algorithm == crate::limit::Algorithm::Concurrency)
+        .map(|c| c.limit.params.window_us)
+        .min();
+    if let Some(lease) = hold
+        .filter(|_| plan.slot != (0, 0) && decision.overall == Code::Ok && store_failed.is_none())
+    {
         let fields = &mut out
             .dynamic_metadata
             .get_or_insert_with(Default::default)
@@ -60,6 +63,16 @@ pub fn response(
             crate::service::slots::SLOT_LEASE_KEY.to_string(),
             number((lease / 1000) as f64),
         );
+    }
+    // A reservation's id, for the call that settles it (Envoy's when the stream is done).
+    if reserved {
+        out.dynamic_metadata
+            .get_or_insert_with(Default::default)
+            .fields
+            .insert(
+                crate::service::marked::RESERVATION_KEY.to_string(),
+                string(&crate::service::slots::format_id(plan.slot)),
+            );
     }
     // The store-failure marker is for operators (Envoy's access log reads dynamic metadata)
     // and reaches the end client only when asked for: clients should not learn that the

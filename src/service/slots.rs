@@ -1,10 +1,11 @@
-//! Concurrency slots at the edges: their ids, and how a release reaches the service.
+//! A request's id, and concurrency slots at the edges.
 //!
 //! A request that is OK and reaches `algorithm: concurrency` limits takes slots under a fresh
-//! id ([`new_id`]). The id comes back in the response's dynamic metadata ([`SLOT_KEY`]; Envoy
-//! keeps it under `envoy.filters.http.ratelimit`), and a release names it: a descriptor whose
-//! last entry is [`RELEASE_KEY`]`=<id>` (what Envoy's `metadata` action sends on the call made
-//! when the stream is done) frees what that id holds on the concurrency limits the rest of the
+//! id ([`new_id`]); a reservation is recorded under one too (`service::marked`). The id comes
+//! back in the response's dynamic metadata ([`SLOT_KEY`]; Envoy keeps it under
+//! `envoy.filters.http.ratelimit`), and a release names it: a descriptor whose last entry is
+//! [`RELEASE_KEY`]`=<id>` (what Envoy's `metadata` action sends on the call made when the
+//! stream is done) frees what that id holds on the concurrency limits the rest of the
 //! descriptor reaches, and charges nothing. Direct callers use the `tollgate.slots.v1.Slots`
 //! gRPC service (`serve::slots`): acquire, release, renew.
 
@@ -12,8 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::algorithm::concurrency::SlotId;
-use crate::pb::common::RateLimitDescriptor;
-use crate::pb::rls::RateLimitRequest;
 
 /// The dynamic metadata field holding the id of the slots a request took.
 pub const SLOT_KEY: &str = "tollgate.slot";
@@ -54,19 +53,22 @@ pub fn format_id(id: SlotId) -> String {
     format!("{:013x}{:013x}", id.0, id.1)
 }
 
-/// A release that cannot be one (`INVALID_ARGUMENT`).
+/// An id a caller sent back that cannot be one (`INVALID_ARGUMENT`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReleaseError {
-    /// Not an id an acquire returned (shown printable).
-    #[error("invalid slot id '{0}': expected the {ID_DIGITS} hex digits an acquire returned")]
+pub enum IdError {
+    /// Not an id tollgate gave out (shown printable).
+    #[error(
+        "invalid id '{0}': expected the {ID_DIGITS} hex digits an acquire or a reservation returned"
+    )]
     BadId(String),
-    #[error("a request releases one slot id; found two")]
-    TwoIds,
+    /// Two descriptors name two ids for one operation (`release` or `settle`).
+    #[error("a request may {0} one id; found two")]
+    TwoIds(&'static str),
 }
 
 /// An id a caller sent back.
-pub fn parse_id(text: &str) -> Result<SlotId, ReleaseError> {
-    let bad = || ReleaseError::BadId(crate::base::log_throttle::printable(text));
+pub fn parse_id(text: &str) -> Result<SlotId, IdError> {
+    let bad = || IdError::BadId(crate::base::log_throttle::printable(text));
     if text.len() != ID_DIGITS || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad());
     }
@@ -76,45 +78,4 @@ pub fn parse_id(text: &str) -> Result<SlotId, ReleaseError> {
         return Err(bad());
     }
     Ok((hi, lo))
-}
-
-/// The release in a request: the id its release descriptors name and their indexes, or
-/// `None` when it has none. Two different ids in one request are refused.
-pub fn release_of(req: &RateLimitRequest) -> Result<Option<(SlotId, Vec<usize>)>, ReleaseError> {
-    let mut found: Option<(SlotId, Vec<usize>)> = None;
-    for (i, d) in req.descriptors.iter().enumerate() {
-        let Some(last) = d.entries.last().filter(|e| e.key == RELEASE_KEY) else {
-            continue;
-        };
-        let id = parse_id(&last.value)?;
-        match &mut found {
-            None => found = Some((id, vec![i])),
-            Some((first, at)) if *first == id => at.push(i),
-            Some(_) => return Err(ReleaseError::TwoIds),
-        }
-    }
-    Ok(found)
-}
-
-/// The release descriptors of `req` without their release entry, and the rest of it.
-pub fn split_release(
-    req: &RateLimitRequest,
-    at: &[usize],
-) -> (Vec<RateLimitDescriptor>, RateLimitRequest) {
-    let mut released = Vec::with_capacity(at.len());
-    let mut rest = RateLimitRequest {
-        domain: req.domain.clone(),
-        descriptors: Vec::with_capacity(req.descriptors.len() - at.len()),
-        hits_addend: req.hits_addend,
-    };
-    for (i, d) in req.descriptors.iter().enumerate() {
-        if at.contains(&i) {
-            let mut d = d.clone();
-            d.entries.pop();
-            released.push(d);
-        } else {
-            rest.descriptors.push(d.clone());
-        }
-    }
-    (released, rest)
 }

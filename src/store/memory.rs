@@ -19,15 +19,16 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::placement::{place, Layout, Placed};
+use super::placement::{place, record_key, record_life_us, Layout, Placed};
 use super::protocol::{GroupAnswer, Next, Protocol, Refund};
 use super::{CounterReading, Store};
 use crate::algorithm::batch::{self, BatchCharge, Counter};
+use crate::algorithm::reservation::{self, Reserved};
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
 use crate::algorithm::{expires_at, inspect, refresh, refund, Landing, State};
 use crate::base::clock::Clock;
-use crate::limit::LimitParams;
+use crate::limit::{Algorithm, LimitParams};
 use crate::plan::Plan;
 use crate::store::error::StoreError;
 use crate::telemetry::metrics::Metrics;
@@ -43,19 +44,27 @@ pub const DEFAULT_MAX_BYTES: usize = 64 << 20;
 const ENTRY_OVERHEAD: usize = 64;
 
 struct Entry {
-    state: State,
+    held: Held,
     expires_at: u64,
 }
 
+/// What a key holds: a counter, or a reservation's record (per counter it charged, its key
+/// and what the estimate left there).
+enum Held {
+    Counter(State),
+    Record(Vec<(String, Reserved)>),
+}
+
 /// The bytes an entry holds, as the store accounts for them.
-fn entry_bytes(key: &str, state: &State) -> usize {
-    let state = match state {
-        State::Window(_) => 16,
-        State::Log(l) => 32 + 24 * l.entries.len(),
-        State::Tat(t) => 48 + 24 * t.history.len(),
-        State::Slots(s) => 24 + 32 * s.held.len(),
+fn entry_bytes(key: &str, held: &Held) -> usize {
+    let held = match held {
+        Held::Counter(State::Window(_)) => 16,
+        Held::Counter(State::Log(l)) => 32 + 24 * l.entries.len(),
+        Held::Counter(State::Tat(t)) => 48 + 24 * t.history.len(),
+        Held::Counter(State::Slots(s)) => 24 + 32 * s.held.len(),
+        Held::Record(entries) => entries.iter().map(|(k, _)| k.len() + 56).sum(),
     };
-    key.len() + state + ENTRY_OVERHEAD
+    key.len() + held + ENTRY_OVERHEAD
 }
 
 #[derive(Default)]
@@ -73,7 +82,7 @@ impl MemoryShard {
         self.map.retain(|k, e| {
             let live = e.expires_at > now;
             if !live {
-                *bytes -= entry_bytes(k, &e.state);
+                *bytes -= entry_bytes(k, &e.held);
             }
             live
         });
@@ -85,7 +94,7 @@ impl MemoryShard {
             .map
             .iter()
             .filter(|(k, _)| k.as_str() != keep)
-            .map(|(k, e)| (e.expires_at, entry_bytes(k, &e.state), k.clone()))
+            .map(|(k, e)| (e.expires_at, entry_bytes(k, &e.held), k.clone()))
             .collect();
         by_expiry.sort_unstable_by_key(|(at, _, _)| *at);
         let mut evicted = 0;
@@ -155,12 +164,26 @@ impl Locked<'_> {
         &mut self.guards[i]
     }
 
+    /// Takes a reservation's record out of the store (`spec`: the record's index in `shard_of`).
+    fn take_record(&mut self, spec: usize, key: &str, now: u64) -> Option<Vec<(String, Reserved)>> {
+        let shard = self.shard(spec);
+        let entry = shard.map.remove(key)?;
+        shard.bytes -= entry_bytes(key, &entry.held);
+        match entry.held {
+            Held::Record(r) if entry.expires_at > now => Some(r),
+            _ => None,
+        }
+    }
+
     fn load(&mut self, spec: usize, key: &str, now: u64) -> Option<State> {
         self.shard(spec)
             .map
             .get(key)
             .filter(|e| e.expires_at > now)
-            .map(|e| e.state.clone())
+            .and_then(|e| match &e.held {
+                Held::Counter(state) => Some(state.clone()),
+                Held::Record(_) => None,
+            })
     }
 
     /// Writes (or removes) a counter; shrinks its shard when over `budget`. Returns how many
@@ -177,19 +200,32 @@ impl Locked<'_> {
         let shard = self.shard(spec);
         let Some(state) = state else {
             if let Some(old) = shard.map.remove(key) {
-                shard.bytes -= entry_bytes(key, &old.state);
+                shard.bytes -= entry_bytes(key, &old.held);
             }
             return 0;
         };
-        let size = entry_bytes(key, &state);
-        let entry = Entry {
-            expires_at: expires_at(&state, p),
-            state,
-        };
+        let expires = expires_at(&state, p);
+        self.put(spec, key, Held::Counter(state), expires, budget, now)
+    }
+
+    /// Writes an entry; shrinks its shard when over `budget`. Returns how many live entries
+    /// that evicted.
+    fn put(
+        &mut self,
+        spec: usize,
+        key: &str,
+        held: Held,
+        expires_at: u64,
+        budget: usize,
+        now: u64,
+    ) -> u64 {
+        let shard = self.shard(spec);
+        let size = entry_bytes(key, &held);
+        let entry = Entry { expires_at, held };
         // In place when the key is there: no new allocation for the key on the hot path.
         match shard.map.get_mut(key) {
             Some(old) => {
-                shard.bytes = shard.bytes - entry_bytes(key, &old.state) + size;
+                shard.bytes = shard.bytes - entry_bytes(key, &old.held) + size;
                 *old = entry;
             }
             None => {
@@ -262,7 +298,7 @@ impl MemoryStore {
                 shard.map.retain(|k, e| {
                     let live = e.expires_at > now;
                     if !live {
-                        *bytes -= entry_bytes(k, &e.state);
+                        *bytes -= entry_bytes(k, &e.held);
                     }
                     live
                 });
@@ -271,12 +307,14 @@ impl MemoryStore {
             .sum()
     }
 
-    /// Locks the shards of `placed`'s keys, in ascending order.
-    fn lock(&self, placed: &Placed<'_>) -> Locked<'_> {
+    /// Locks the shards of `placed`'s keys and of `records` (reservation records, one per
+    /// group, after the charges in `shard_of`), in ascending order.
+    fn lock(&self, placed: &Placed<'_>, records: &[String]) -> Locked<'_> {
         let shard_of: Vec<usize> = placed
             .charges
             .iter()
             .map(|s| self.shard_of(&s.key))
+            .chain(records.iter().map(|k| self.shard_of(k)))
             .collect();
         let mut order = shard_of.clone();
         order.sort_unstable();
@@ -312,7 +350,7 @@ impl MemoryStore {
     ) -> Vec<CounterReading> {
         let now = self.clock.now_us();
         let placed = place(plan, "", self.layout);
-        let mut locked = self.lock(&placed);
+        let mut locked = self.lock(&placed, &[]);
         placed
             .charges
             .iter()
@@ -333,18 +371,28 @@ impl MemoryStore {
     fn apply_now(&self, plan: &Plan<'_>, mode: Mode) -> Vec<ChargeOutcome> {
         let now = self.clock.now_us();
         let placed = place(plan, "", self.layout);
-        let mut locked = self.lock(&placed);
+        let records: Vec<String> = match mode.has_record() {
+            true => (0..placed.groups.len())
+                .map(|gi| record_key(&placed, gi))
+                .collect(),
+            false => Vec::new(),
+        };
+        let mut locked = self.lock(&placed, &records);
         let mut protocol = Protocol::new(&placed, mode);
         let run = Run {
             now,
             budget: self.shard_budget,
             metrics: &self.metrics,
+            records: &records,
         };
         loop {
             match protocol.step() {
                 Next::Run(runs) => {
                     for (gi, m) in runs {
-                        let answer = run_group(&mut locked, &placed, gi, m, &run);
+                        let answer = match m {
+                            Mode::Settle => settle_group(&mut locked, &placed, gi, &run),
+                            _ => run_group(&mut locked, &placed, gi, m, &run),
+                        };
                         protocol.record(gi, answer);
                     }
                 }
@@ -382,11 +430,13 @@ fn group_batch<'p>(placed: &'p Placed<'_>, gi: usize) -> (&'p [usize], Vec<Batch
     (&g.keys, charges)
 }
 
-/// What a group run needs besides its counters: the time, each shard's budget, the metrics.
+/// What a group run needs besides its counters: the time, each shard's budget, the metrics,
+/// and a reservation's record keys (one per group; none outside a reservation or settle).
 struct Run<'m> {
     now: u64,
     budget: usize,
     metrics: &'m Metrics,
+    records: &'m [String],
 }
 
 /// Decides one placement group and writes back what it commits.
@@ -416,6 +466,90 @@ fn run_group(
             metrics.memory_evictions.inc_by(evicted);
         }
     }
+    if mode == Mode::Reserve {
+        // What landed, by key: the record a settle finds (none when nothing landed).
+        let g = &placed.groups[gi];
+        let entries: Vec<(String, Reserved)> = g
+            .charges
+            .iter()
+            .zip(&charges)
+            .zip(&evaluated.landings)
+            .filter(|((_, c), l)| l.added > 0 && c.params.algorithm != Algorithm::Concurrency)
+            .map(|((&ci, c), &landing)| {
+                let reserved = Reserved {
+                    cost: c.cost,
+                    landing,
+                };
+                (placed.charges[ci].key.to_string(), reserved)
+            })
+            .collect();
+        if !entries.is_empty() {
+            let spec = placed.charges.len() + gi;
+            let key = &run.records[gi];
+            let expires = now + record_life_us(g, &placed.charges);
+            let evicted = locked.put(spec, key, Held::Record(entries), expires, budget, now);
+            metrics.memory_evictions.inc_by(evicted);
+        }
+    }
+    outcomes.into_iter().zip(evaluated.landings).collect()
+}
+
+/// Settles the reservation the request's id names in one group: its record is taken (so a
+/// second settle finds nothing), each charge on a counter the reservation charged settles with
+/// its cost as the actual use, and the group answers as things stand.
+fn settle_group(
+    locked: &mut Locked<'_>,
+    placed: &Placed<'_>,
+    gi: usize,
+    run: &Run<'_>,
+) -> GroupAnswer {
+    let (now, budget, metrics) = (run.now, run.budget, run.metrics);
+    let (keys, charges) = group_batch(placed, gi);
+    let mut record = locked
+        .take_record(placed.charges.len() + gi, &run.records[gi], now)
+        .unwrap_or_default();
+    let g = &placed.groups[gi];
+    let reserved: Vec<Option<Reserved>> = g
+        .charges
+        .iter()
+        .map(|&ci| {
+            let at = record
+                .iter()
+                .position(|(k, _)| *k == placed.charges[ci].key)?;
+            Some(record.swap_remove(at).1)
+        })
+        .collect();
+    let mut counters: Vec<Counter> = keys
+        .iter()
+        .map(|&s| {
+            let spec = &placed.charges[s];
+            Counter::new(locked.load(s, &spec.key, now), &spec.params, now)
+        })
+        .collect();
+    let evaluated = reservation::settle_group(&mut counters, &charges, &reserved, now);
+    for (counter, &s) in counters.iter().zip(keys) {
+        if counter.commit {
+            let spec = &placed.charges[s];
+            let evicted = locked.store(
+                s,
+                &spec.key,
+                counter.after.clone(),
+                &spec.params,
+                budget,
+                now,
+            );
+            metrics.memory_evictions.inc_by(evicted);
+        }
+    }
+    let finals: Vec<&Option<State>> = counters.iter().map(Counter::final_state).collect();
+    let outcomes = batch::report(
+        &finals,
+        &charges,
+        &evaluated.allowed,
+        &evaluated.landings,
+        now,
+        false,
+    );
     outcomes.into_iter().zip(evaluated.landings).collect()
 }
 
@@ -449,6 +583,10 @@ fn refund_group(
             let evicted = locked.store(s, &spec.key, state.clone(), &spec.params, budget, now);
             metrics.memory_evictions.inc_by(evicted);
         }
+    }
+    if mode == Mode::Reserve {
+        // The reservation did not happen here: its record goes with its charges.
+        locked.take_record(placed.charges.len() + gi, &run.records[gi], now);
     }
     let allowed: Vec<bool> = refunds.iter().map(|u| u.allowed).collect();
     let landings: Vec<Landing> = refunds.iter().map(Refund::kept).collect();

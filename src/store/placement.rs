@@ -163,6 +163,35 @@ impl Placed<'_> {
     }
 }
 
+/// The key of the reservation record of group `gi` (see `algorithm::reservation`): beside the
+/// group's first key, in its hash slot (its hash tag; on one node, where the group is the whole
+/// request, the first key's), `<prefix>{tag}|rsv:<id>`. No counter key ends like it (a
+/// counter's last part is its limit's shape, which never holds `:`).
+pub fn record_key(placed: &Placed<'_>, gi: usize) -> String {
+    record_key_of(&placed.charges[placed.groups[gi].keys[0]].key, placed.slot)
+}
+
+/// How long a group's reservation record lives: twice its longest window (a calendar
+/// period's nominal length), so a settle of a reservation whose window has just ended still
+/// finds it, to land an excess in the window that holds now.
+pub fn record_life_us(g: &Group, charges: &[PlacedCharge<'_>]) -> u64 {
+    let longest = g
+        .charges
+        .iter()
+        .map(|&ci| &charges[ci].params)
+        .filter(|p| p.algorithm != crate::limit::Algorithm::Concurrency)
+        .map(|p| p.window_us)
+        .max()
+        .unwrap_or(0);
+    longest.saturating_mul(2).max(1_000_000)
+}
+
+/// [`record_key`] of a group whose first key is `first`, for the request id `id`.
+pub fn record_key_of(first: &str, id: SlotId) -> String {
+    let head = first.find('}').map_or(first, |end| &first[..=end]);
+    format!("{head}|rsv:{:x}.{:x}", id.0, id.1)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::borrow::Cow;

@@ -128,14 +128,14 @@ impl<'p, 'a> Protocol<'p, 'a> {
                 }
                 Phase::Shared(gi) if gi < self.placed.groups.len() => {
                     self.phase = Phase::Shared(gi + 1);
-                    let sure_denied = self.mode == Mode::Decide && self.verdict() == Verdict::Deny;
+                    let sure_denied = self.mode.decides() && self.verdict() == Verdict::Deny;
                     let mode = if sure_denied { Mode::DryRun } else { self.mode };
                     return Next::Run(vec![(gi, mode)]);
                 }
                 Phase::Shared(_) => self.phase = Phase::Refund,
                 Phase::Refund => {
                     self.phase = Phase::Done;
-                    if self.mode == Mode::Decide {
+                    if self.mode.decides() {
                         let refunds = self.refunds(Some(self.verdict()));
                         if !refunds.is_empty() {
                             return Next::Refund(refunds);

@@ -22,101 +22,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::telemetry::counted::{LimitResult, RequestCode, StoreOp};
+
 /// The `domain` label of a request for a domain the config does not know.
 pub const UNKNOWN_DOMAIN: &str = "__unknown__";
-
-/// How a request ended, as `tollgate_requests_total` counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestCode {
-    Ok,
-    OverLimit,
-    /// Rejected as INVALID_ARGUMENT.
-    Invalid,
-    /// Answered with UNAVAILABLE (the store failed, policy `error`).
-    Unavailable,
-    /// Refused with RESOURCE_EXHAUSTED: `--max-in-flight` decisions were already running.
-    Overloaded,
-    /// Answered OK without a decision: `--disabled`, or the domain's `disabled: true`.
-    Disabled,
-}
-
-impl RequestCode {
-    const ALL: [RequestCode; 6] = [
-        RequestCode::Ok,
-        RequestCode::OverLimit,
-        RequestCode::Invalid,
-        RequestCode::Unavailable,
-        RequestCode::Overloaded,
-        RequestCode::Disabled,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            RequestCode::Ok => "OK",
-            RequestCode::OverLimit => "OVER_LIMIT",
-            RequestCode::Invalid => "INVALID",
-            RequestCode::Unavailable => "UNAVAILABLE",
-            RequestCode::Overloaded => "RESOURCE_EXHAUSTED",
-            RequestCode::Disabled => "DISABLED",
-        }
-    }
-}
-
-/// What one limit answered for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitResult {
-    OverLimit,
-    NearLimit,
-    WithinLimit,
-    Shadow,
-}
-
-impl LimitResult {
-    const ALL: [LimitResult; 4] = [
-        LimitResult::OverLimit,
-        LimitResult::NearLimit,
-        LimitResult::WithinLimit,
-        LimitResult::Shadow,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            LimitResult::OverLimit => "over_limit",
-            LimitResult::NearLimit => "near_limit",
-            LimitResult::WithinLimit => "within_limit",
-            LimitResult::Shadow => "shadow",
-        }
-    }
-
-    /// The result of a limit that had room (`allowed`) or not, in shadow mode or not, with
-    /// `used` of `capacity` after the request.
-    pub fn of(allowed: bool, shadow: bool, used: u64, capacity: u64) -> LimitResult {
-        match (allowed, shadow) {
-            (false, true) => LimitResult::Shadow,
-            (false, false) => LimitResult::OverLimit,
-            (true, _) if used > capacity * 4 / 5 => LimitResult::NearLimit,
-            (true, _) => LimitResult::WithinLimit,
-        }
-    }
-}
-
-/// Which Redis operation a duration measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreOp {
-    Decide,
-    Refund,
-    Probe,
-}
-
-impl StoreOp {
-    fn label(self) -> &'static str {
-        match self {
-            StoreOp::Decide => "decide",
-            StoreOp::Refund => "refund",
-            StoreOp::Probe => "probe",
-        }
-    }
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -211,6 +120,8 @@ pub struct Metrics {
     /// Counters an operator reset (`POST /counters/reset`).
     pub counter_resets: Counter,
     slot_ops: Family<SlotLabels, Counter>,
+    reservations: Family<ResultLabels, Counter>,
+    settles: Family<ResultLabels, Counter>,
     pub memory_evictions: Counter,
     pub lease_takes: Counter,
     pub lease_local: Counter,
@@ -361,6 +272,18 @@ impl Metrics {
             "Concurrency slot releases and renewals, by whether the id held slots (held=false: never taken, already released or expired)",
             slot_ops.clone(),
         );
+        let reservations = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "tollgate_reservations",
+            "Reservations asked for, by result: reserved (charged up front under an id), refused (did not fit, nothing charged), no_estimate (no estimate and no reservations.default_estimate: refused)",
+            reservations.clone(),
+        );
+        let settles = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "tollgate_reservation_settles",
+            "Settles, by result: settled (the reservation became the actual use), unknown (the id was settled already, or never issued: nothing changed)",
+            settles.clone(),
+        );
         let memory_evictions = Counter::default();
         registry.register(
             "tollgate_memory_evictions",
@@ -419,6 +342,8 @@ impl Metrics {
             refunds,
             counter_resets,
             slot_ops,
+            reservations,
+            settles,
             memory_evictions,
             lease_takes,
             lease_local,
@@ -500,6 +425,24 @@ impl Metrics {
     pub fn slots(&self, op: &'static str, limits: u32) {
         let held = if limits > 0 { "true" } else { "false" };
         self.slot_ops.get_or_create(&SlotLabels { op, held }).inc();
+    }
+
+    /// A reservation's result: `reserved`, `refused` or `no_estimate`.
+    pub fn reservation(&self, result: &'static str) {
+        self.reservations
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
+    /// A settle's result: `settled` or `unknown`.
+    pub fn settle(&self, result: &'static str) {
+        self.settles
+            .get_or_create(&ResultLabels {
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// A Redis round trip of `op` that took `seconds`.

@@ -4,6 +4,7 @@
 //! as labels, never a `Limit` or a plan; `service::observe` is where a decision reaches it.
 //! Imports `base` and `pb`.
 
+pub mod counted;
 pub mod latency;
 pub mod logging;
 pub mod metrics;

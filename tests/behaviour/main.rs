@@ -15,6 +15,7 @@
 //! - `usage`: usage domains (`--usage-domains`) answer as overdraft limits do;
 //! - `calendar`: calendar windows in time zones at their edges (month ends, DST, leap days);
 //! - `slots`: concurrency caps: slots, releases, leases, two instances racing;
+//! - `reservations`: reserve an estimate, settle to the actual; racing callers never overspend;
 //! - `counters`: the operator's counters (read without writing, resets racing decisions) and who
 //!   is being limited.
 
@@ -33,6 +34,7 @@ mod lease;
 mod matching;
 mod model;
 mod replicas;
+mod reservations;
 mod script;
 mod slots;
 mod usage;

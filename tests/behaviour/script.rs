@@ -328,7 +328,7 @@ impl Runner {
             quota_descriptors: asked.quota_descriptors,
             slot: asked.slot,
         };
-        let (keys, arg) = script::args(g, specs, head, asked.refunds);
+        let (keys, arg) = script::args(g, specs, head, asked.refunds, None);
         let reply: Value = self
             .client
             .evalsha(&self.script.sha, keys, vec![arg])

@@ -31,10 +31,12 @@ use crate::algorithm::rule::Verdict;
 use crate::plan::Plan;
 use crate::store::error::Cause;
 use crate::store::error::StoreError;
-use crate::store::placement::{place, Group, Layout, Placed, PlacedCharge};
+use crate::store::placement::{
+    place, record_key_of, record_life_us, Group, Layout, Placed, PlacedCharge,
+};
 use crate::store::protocol::{Next, Protocol, Refund};
+use crate::telemetry::counted::StoreOp;
 use crate::telemetry::logging;
-use crate::telemetry::metrics::StoreOp;
 
 /// One request's decision in Redis: what every script call of it shares.
 pub(super) struct RedisDecision<'a> {
@@ -111,11 +113,16 @@ impl Inner {
         let decision = async move {
             match task.decide(&placed, mode, dry_first, deadline).await {
                 Ok(decided) => {
-                    task.cache
-                        .remember(&placed, &decided.outcomes, task.wall.now_us());
+                    // Only a decision says what is exhausted: a settle's or a release's
+                    // outcomes do not, and capacity a settle gives back must not stay
+                    // hidden behind a reservation refused a moment before.
+                    if mode == Mode::Decide {
+                        task.cache
+                            .remember(&placed, &decided.outcomes, task.wall.now_us());
+                    }
                     if let Err(Ok(decided)) = tx.send(Ok(decided)) {
                         // The caller gave up: nothing of this request may stay.
-                        task.refund(&placed, decided.leftovers).await;
+                        task.refund(&placed, decided.leftovers, mode).await;
                     }
                 }
                 Err(e) => {
@@ -188,6 +195,10 @@ impl Inner {
             ],
         );
         let started = std::time::Instant::now();
+        let record = mode.has_record().then(|| {
+            let key = record_key_of(&specs[g.keys[0]].key, call.placed.slot);
+            (key, record_life_us(g, specs) / 1000)
+        });
         let reply = self
             .script_call(call.retry_until, || {
                 let head = CallHead {
@@ -196,10 +207,11 @@ impl Inner {
                     quota_descriptors: quota,
                     slot: call.placed.slot,
                 };
-                args(g, specs, head, refunds)
+                let record = record.as_ref().map(|(key, ms)| (key.as_str(), *ms));
+                args(g, specs, head, refunds, record)
             })
             .await;
-        let op = if mode == Mode::Refund {
+        let op = if matches!(mode, Mode::Refund | Mode::Unreserve) {
             self.opts.metrics.refunds.inc();
             StoreOp::Refund
         } else {
@@ -275,22 +287,21 @@ impl Inner {
                 Next::Refund(refunds) => (Vec::new(), refunds),
                 Next::Done => break,
             };
-            let replies =
-                if let [(gi, m)] = runs[..] {
-                    // One group (the common case): no join, which would move its future.
-                    vec![self.run(&call, gi, m, &[]).await]
-                } else if refunds.is_empty() {
-                    join_all(
-                        runs.iter()
-                            .map(|&(gi, m)| Box::pin(self.run(&call, gi, m, &[]))),
-                    )
-                    .await
-                } else {
-                    join_all(refunds.iter().map(|(gi, refunds)| {
-                        self.refund_group(placed, *gi, refunds, group_now[*gi])
-                    }))
-                    .await
-                };
+            let replies = if let [(gi, m)] = runs[..] {
+                // One group (the common case): no join, which would move its future.
+                vec![self.run(&call, gi, m, &[]).await]
+            } else if refunds.is_empty() {
+                join_all(
+                    runs.iter()
+                        .map(|&(gi, m)| Box::pin(self.run(&call, gi, m, &[]))),
+                )
+                .await
+            } else {
+                join_all(refunds.iter().map(|(gi, refunds)| {
+                    self.refund_group(placed, *gi, refunds, group_now[*gi], mode)
+                }))
+                .await
+            };
             let groups = runs
                 .iter()
                 .map(|&(gi, _)| gi)
@@ -309,7 +320,7 @@ impl Inner {
             }
             if let Some(e) = failure {
                 let leftovers = with_now(protocol.refunds(None), &group_now);
-                self.refund(placed, leftovers).await;
+                self.refund(placed, leftovers, mode).await;
                 return Err(e);
             }
         }
@@ -320,35 +331,38 @@ impl Inner {
         })
     }
 
-    /// Refunds `leftovers` (per group, concurrently), ignoring the answers. A failure only
-    /// logs: those charges then stay until their window passes (under-admitting, never
-    /// over-admitting).
+    /// Refunds `leftovers` (per group, concurrently) of a request run in `mode`, ignoring the
+    /// answers. A failure only logs: those charges then stay until their window passes
+    /// (under-admitting, never over-admitting).
     pub(super) async fn refund(
         &self,
         placed: &Placed<'static>,
         leftovers: Vec<(usize, Vec<Refund>, i64)>,
+        mode: Mode,
     ) {
         let calls = leftovers
             .iter()
-            .map(|(gi, refunds, now)| self.refund_group(placed, *gi, refunds, *now));
+            .map(|(gi, refunds, now)| self.refund_group(placed, *gi, refunds, *now, mode));
         join_all(calls).await;
     }
 
-    /// Refunds group `gi`'s landed charges (`refunds`), answering at `now`, the time the
-    /// group ran at. A failure is logged here: the charge stays until its window passes.
+    /// Refunds group `gi`'s landed charges (`refunds`) of a request run in `mode`, answering
+    /// at `now`, the time the group ran at. A failure is logged here: the charge stays until
+    /// its window passes.
     async fn refund_group(
         &self,
         placed: &Placed<'static>,
         gi: usize,
         refunds: &[Refund],
         now: i64,
+        mode: Mode,
     ) -> Result<script::Reply, StoreError> {
         let call = RedisDecision {
             placed,
             now: Some(now),
             retry_until: Instant::now() + LATE_REPLY,
         };
-        let reply = self.run(&call, gi, Mode::Refund, refunds).await;
+        let reply = self.run(&call, gi, mode.refunding(), refunds).await;
         if let Err(e) = &reply {
             tracing::warn!(
                 error = %e,

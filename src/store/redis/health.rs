@@ -22,7 +22,8 @@ use super::script::Script;
 use crate::base::log_throttle;
 use crate::store::error::Cause;
 use crate::store::error::StoreError;
-use crate::telemetry::metrics::{Metrics, StoreOp};
+use crate::telemetry::counted::StoreOp;
+use crate::telemetry::metrics::Metrics;
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;

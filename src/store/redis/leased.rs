@@ -78,7 +78,14 @@ impl Inner {
                 }
             },
             // A leased limit is a fixed window: it holds no slots.
-            Mode::CountRejected | Mode::DryRun | Mode::Release | Mode::Renew => {}
+            // Reservations and their settles are decided exactly, by the script.
+            Mode::CountRejected
+            | Mode::DryRun
+            | Mode::Release
+            | Mode::Renew
+            | Mode::Reserve
+            | Mode::Settle
+            | Mode::Unreserve => {}
         }
         self.run_script(call, g, specs, mode, refunds).await
     }

@@ -10,7 +10,7 @@ use super::inner::Inner;
 use super::script::{self, args, parse_reply, unpack, CallHead};
 use crate::algorithm::rule::Mode;
 use crate::store::protocol::Protocol;
-use crate::telemetry::metrics::StoreOp;
+use crate::telemetry::counted::StoreOp;
 
 impl Inner {
     /// Answers a request that charges nothing from replicas: every group a dry run. `None`
@@ -29,7 +29,7 @@ impl Inner {
                     quota_descriptors: quota,
                     slot: placed.slot,
                 };
-                let (keys, arg) = args(g, &placed.charges, head, &[]);
+                let (keys, arg) = args(g, &placed.charges, head, &[], None);
                 let started = std::time::Instant::now();
                 let reply =
                     script::eval_replica(client, options, &self.script, keys, vec![arg]).await;

@@ -34,8 +34,9 @@ use crate::store::protocol::{GroupAnswer, Refund};
 /// The counts and codes of the script's argument and reply layout.
 pub mod layout {
     /// Numbers of a call before its charges: now, the number of keys, mode, the request's
-    /// quota descriptors, the number of charges, the request's slot id (two numbers).
-    pub const CALL_NUMBERS: usize = 7;
+    /// quota descriptors, the number of charges, the request's id (two numbers), and a
+    /// reservation record's time to live in ms (0 outside `RESERVE`).
+    pub const CALL_NUMBERS: usize = 8;
     /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role.
     pub const CHARGE_NUMBERS: usize = 8;
     /// Per charge of a refund: allowed, kept, amount, mark1, mark2.
@@ -220,7 +221,9 @@ pub struct CallHead {
 }
 
 /// KEYS and the one argument of a group's call: every number packed (see the script), the
-/// call's head first. `refunds` (refund mode) is per charge of the group. A calendar window
+/// call's head first. `refunds` (refund mode) is per charge of the group; `record` is the
+/// reservation record's key and time to live (ms) in the modes that have one, the key the
+/// call's last. A calendar window
 /// sends, in place of its window and burst, the two period ends around this instance's clock
 /// ([`crate::limit::calendar::Calendar::choices`]); the script picks by its own.
 pub fn args(
@@ -228,6 +231,7 @@ pub fn args(
     specs: &[PlacedCharge<'_>],
     head: CallHead,
     refunds: &[Refund],
+    record: Option<(&str, u64)>,
 ) -> (Vec<Key>, Value) {
     let CallHead {
         now,
@@ -239,6 +243,7 @@ pub fn args(
         .keys
         .iter()
         .map(|&s| Key::from(specs[s].key.as_ref()))
+        .chain(record.map(|(key, _)| Key::from(key)))
         .collect();
     let n = g.charges.len();
     let mut packed = Packed::with_numbers(
@@ -251,6 +256,7 @@ pub fn args(
     packed.push(n as u64);
     packed.push(slot.0);
     packed.push(slot.1);
+    packed.push(record.map_or(0, |(_, ttl_ms)| ttl_ms));
     for (&ci, &key) in g.charges.iter().zip(&g.key_of) {
         let c = &specs[ci];
         let p = &c.params;
@@ -499,6 +505,10 @@ mod tests {
                 Mode::Renew
             ]
             .map(|m| (m as u64).to_string())
+        );
+        assert_eq!(
+            lua_locals("RESERVE, SETTLE, UNRESERVE"),
+            [Mode::Reserve, Mode::Settle, Mode::Unreserve].map(|m| (m as u64).to_string())
         );
         assert_eq!(
             lua_locals("FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY"),

@@ -1,0 +1,359 @@
+//! Reservations on every store: a request that reserves its estimate is charged at once,
+//! all-or-nothing with its other limits (in a usage domain too), and its id settles it to the
+//! actual use on every limit it charged (a minute's tokens and a calendar month's budget
+//! alike): the unused part comes back, an excess lands as overdraft, a settle after the window
+//! ended gives nothing back and lands the excess in the current one; a second settle, or one
+//! of an id never issued, changes nothing. A request without an estimate is charged the
+//! domain's default or refused. Then racing callers: 400 on the memory store, two instances ×
+//! 200 on one Redis and one Redis Cluster, never more admitted than the budget holds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tollgate::base::clock::ManualClock;
+use tollgate::config::load::LoadOptions;
+use tollgate::config::usage::UsageDomains;
+use tollgate::pb::common::RateLimitDescriptor;
+use tollgate::pb::rls::RateLimitResponse;
+use tollgate::service::marked::{FALLBACK, RESERVATION_KEY, RESERVE_KEY, SETTLE_KEY};
+use tollgate::service::settings::Settings;
+use tollgate::service::RateLimiter;
+use tollgate::store::any::AnyStore;
+
+use crate::support::kit::{
+    for_every_store, for_stores, limiter_with, redis_url, store, unique_prefix, StoreKind,
+};
+use crate::support::server::{descriptor, request, OK, OVER_LIMIT, T0_US};
+
+const S: u64 = 1_000_000;
+
+/// `llm`: 1,000 tokens a minute per tenant and 5,000 a calendar month (UTC), 10 requests a
+/// minute, and a fixed minute, a sliding minute and a token bucket to settle on; `usage-llm`
+/// is a usage domain with the same tenant limit; `strict` has no default estimate.
+const CONFIG: &str = "\
+domain: llm
+reservations: {default_estimate: 50}
+descriptors:
+  - key: tenant
+    hierarchical: true
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+    descriptors:
+      - key: month
+        rate_limit: {unit: month, requests_per_unit: 5000, calendar: month, timezone: UTC}
+  - key: requests
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_window}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: token_bucket}
+";
+
+const USAGE: &str = "\
+domain: usage-llm
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+";
+
+const STRICT: &str = "\
+domain: strict
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+";
+
+fn load() -> LoadOptions {
+    LoadOptions {
+        usage_domains: UsageDomains::parse("usage-*").expect("globs"),
+        ..LoadOptions::default()
+    }
+}
+
+fn costing(mut d: RateLimitDescriptor, cost: u64) -> RateLimitDescriptor {
+    d.hits_addend = Some(cost);
+    d
+}
+
+/// `entries` + the reserve mark, estimate `estimate`.
+fn reserving(entries: &[(&str, &str)], estimate: u64) -> RateLimitDescriptor {
+    let mut e = entries.to_vec();
+    e.push((RESERVE_KEY, ""));
+    costing(descriptor(&e), estimate)
+}
+
+/// `entries` + the settle mark for `id`, actual use `actual`.
+fn settling(entries: &[(&str, &str)], id: &str, actual: u64) -> RateLimitDescriptor {
+    let mut e = entries.to_vec();
+    e.push((SETTLE_KEY, id));
+    costing(descriptor(&e), actual)
+}
+
+/// The reservation id an answer carries, if any.
+fn reservation_of(r: &RateLimitResponse) -> Option<String> {
+    let v = r.dynamic_metadata.as_ref()?.fields.get(RESERVATION_KEY)?;
+    match &v.kind {
+        Some(prost_types::value::Kind::StringValue(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+async fn ask(
+    l: &RateLimiter<AnyStore>,
+    domain: &str,
+    ds: Vec<RateLimitDescriptor>,
+) -> RateLimitResponse {
+    l.should_rate_limit(&request(domain, ds))
+        .await
+        .expect("a decision")
+}
+
+/// What is left of `entries`' limits, by a check-only request (the smallest).
+async fn left(l: &RateLimiter<AnyStore>, domain: &str, entries: &[(&str, &str)]) -> u32 {
+    let r = ask(l, domain, vec![costing(descriptor(entries), 0)]).await;
+    r.statuses[0].limit_remaining
+}
+
+/// A reservation of `estimate` on `entries`: its id when admitted.
+async fn reserve(
+    l: &RateLimiter<AnyStore>,
+    domain: &str,
+    entries: &[(&str, &str)],
+    estimate: u64,
+) -> Option<String> {
+    let r = ask(l, domain, vec![reserving(entries, estimate)]).await;
+    assert_eq!(r.overall_code == OK, reservation_of(&r).is_some(), "{r:?}");
+    reservation_of(&r)
+}
+
+async fn settle(
+    l: &RateLimiter<AnyStore>,
+    domain: &str,
+    entries: &[(&str, &str)],
+    id: &str,
+    actual: u64,
+) {
+    let r = ask(l, domain, vec![settling(entries, id, actual)]).await;
+    assert_eq!(
+        (r.overall_code, r.statuses[0].current_limit.clone()),
+        (OK, None)
+    );
+}
+
+async fn basics(kind: StoreKind) {
+    let clock = ManualClock::new(T0_US - T0_US % (60 * S) + S);
+    let l = limiter_with(
+        &[CONFIG, USAGE, STRICT],
+        &load(),
+        Settings::default(),
+        store(kind, &clock).await,
+    );
+    let tenant = [("tenant", "a"), ("month", "m")];
+
+    // Charged at once, on the minute and the month.
+    let id = reserve(&l, "llm", &tenant, 300).await.expect("fits");
+    assert_eq!(left(&l, "llm", &[("tenant", "a")]).await, 700);
+    assert_eq!(
+        left(&l, "llm", &tenant).await,
+        700,
+        "the minute is the tighter"
+    );
+    // Settled below the estimate: the unused 180 come back on both.
+    settle(&l, "llm", &tenant, &id, 120).await;
+    assert_eq!(left(&l, "llm", &[("tenant", "a")]).await, 880);
+    // A second settle, and one of an id never issued, change nothing.
+    settle(&l, "llm", &tenant, &id, 0).await;
+    settle(&l, "llm", &tenant, "00000000000070000000000007", 0).await;
+    assert_eq!(left(&l, "llm", &[("tenant", "a")]).await, 880);
+
+    // Settled above: the excess lands as overdraft, past what was reserved.
+    let id = reserve(&l, "llm", &tenant, 100).await.expect("fits");
+    settle(&l, "llm", &tenant, &id, 250).await;
+    assert_eq!(left(&l, "llm", &[("tenant", "a")]).await, 630);
+
+    // An estimate that does not fit is refused and charges nothing, on any limit.
+    assert!(reserve(&l, "llm", &tenant, 700).await.is_none());
+    assert_eq!(left(&l, "llm", &[("tenant", "a")]).await, 630);
+    // All-or-nothing with the request's other limits: 10 requests a minute.
+    for _ in 0..10 {
+        let r = ask(
+            &l,
+            "llm",
+            vec![
+                reserving(&[("tenant", "b")], 1),
+                descriptor(&[("requests", "b")]),
+            ],
+        )
+        .await;
+        assert_eq!(r.overall_code, OK);
+    }
+    let r = ask(
+        &l,
+        "llm",
+        vec![
+            reserving(&[("tenant", "b")], 1),
+            descriptor(&[("requests", "b")]),
+        ],
+    )
+    .await;
+    assert_eq!((r.overall_code, reservation_of(&r)), (OVER_LIMIT, None));
+    assert_eq!(left(&l, "llm", &[("tenant", "b")]).await, 990);
+
+    // In a usage domain a reservation must fit too (a usage charge would land past it).
+    let id = reserve(&l, "usage-llm", &[("tenant", "u")], 900)
+        .await
+        .expect("fits");
+    assert!(reserve(&l, "usage-llm", &[("tenant", "u")], 200)
+        .await
+        .is_none());
+    assert_eq!(left(&l, "usage-llm", &[("tenant", "u")]).await, 100);
+    settle(&l, "usage-llm", &[("tenant", "u")], &id, 1000).await;
+    assert_eq!(left(&l, "usage-llm", &[("tenant", "u")]).await, 0);
+
+    // The sliding window gives back in its granule, the bucket what later debts allow.
+    let id = reserve(&l, "llm", &[("sliding", "s")], 400)
+        .await
+        .expect("fits");
+    clock.advance(10 * S);
+    settle(&l, "llm", &[("sliding", "s")], &id, 100).await;
+    assert_eq!(left(&l, "llm", &[("sliding", "s")]).await, 900);
+    let id = reserve(&l, "llm", &[("bucket", "t")], 400)
+        .await
+        .expect("fits");
+    settle(&l, "llm", &[("bucket", "t")], &id, 100).await;
+    assert_eq!(left(&l, "llm", &[("bucket", "t")]).await, 900);
+
+    // A settle after the minute ended: nothing of the old minute comes back, the excess
+    // lands in the new one, and the month (still the same) gets its part back.
+    let id = reserve(&l, "llm", &[("tenant", "c"), ("month", "m")], 500)
+        .await
+        .expect("fits");
+    let month_before = left(&l, "llm", &[("tenant", "c"), ("month", "m")]).await;
+    assert_eq!(month_before, 500, "the minute is the tighter");
+    clock.advance(60 * S);
+    settle(&l, "llm", &[("tenant", "c"), ("month", "m")], &id, 200).await;
+    assert_eq!(left(&l, "llm", &[("tenant", "c")]).await, 1000);
+    let id = reserve(&l, "llm", &[("tenant", "d")], 100)
+        .await
+        .expect("fits");
+    clock.advance(60 * S);
+    settle(&l, "llm", &[("tenant", "d")], &id, 160).await;
+    assert_eq!(left(&l, "llm", &[("tenant", "d")]).await, 940);
+
+    // Without an estimate (Envoy dropped the descriptor its header would have costed): the
+    // fallback beside it is charged the domain's default, or refused where there is none.
+    let fallback = |t: &str| descriptor(&[("tenant", t), (RESERVE_KEY, FALLBACK)]);
+    let r = ask(&l, "llm", vec![fallback("e")]).await;
+    assert!(reservation_of(&r).is_some(), "{r:?}");
+    assert_eq!(left(&l, "llm", &[("tenant", "e")]).await, 950);
+    let r = ask(
+        &l,
+        "llm",
+        vec![reserving(&[("tenant", "f")], 10), fallback("f")],
+    )
+    .await;
+    assert_eq!((r.overall_code, r.statuses.len()), (OK, 2));
+    assert_eq!(
+        left(&l, "llm", &[("tenant", "f")]).await,
+        990,
+        "the estimate, once"
+    );
+    let r = ask(&l, "strict", vec![fallback("g")]).await;
+    assert_eq!(
+        (r.overall_code, r.statuses[0].code),
+        (OVER_LIMIT, OVER_LIMIT)
+    );
+    assert_eq!(
+        left(&l, "strict", &[("tenant", "g")]).await,
+        1000,
+        "nothing charged"
+    );
+}
+
+#[test]
+fn a_reservation_is_charged_up_front_and_settles_to_the_actual_use() {
+    for_every_store(basics);
+}
+
+/// `racers` callers, spread over `limiters`, each reserving 100 of a 1,000 budget (a minute
+/// that does not end during the test), then settling with a random actual at most the
+/// estimate. Never more reserved at once than the budget holds, and total spend never past it.
+async fn race(limiters: Vec<Arc<RateLimiter<AnyStore>>>, racers: usize, tenant: String) {
+    let inside = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let spent = Arc::new(AtomicU64::new(0));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..racers {
+        let l = limiters[i % limiters.len()].clone();
+        let (inside, most, spent, admitted) = (
+            inside.clone(),
+            most.clone(),
+            spent.clone(),
+            admitted.clone(),
+        );
+        let tenant = tenant.clone();
+        tasks.push(tokio::spawn(async move {
+            let entries = [("tenant", tenant.as_str())];
+            let Some(id) = reserve(&l, "llm", &entries, 100).await else {
+                return;
+            };
+            let now = inside.fetch_add(100, Ordering::SeqCst) + 100;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            let actual = (i as u64 * 37) % 101;
+            spent.fetch_add(actual, Ordering::SeqCst);
+            admitted.fetch_add(1, Ordering::SeqCst);
+            inside.fetch_sub(100, Ordering::SeqCst);
+            settle(&l, "llm", &entries, &id, actual).await;
+        }));
+    }
+    for t in tasks {
+        t.await.expect("a racer");
+    }
+    let spent = spent.load(Ordering::SeqCst);
+    assert!(spent <= 1000, "spent {spent} of a 1,000 budget");
+    assert!(
+        admitted.load(Ordering::SeqCst) >= 10,
+        "at least the budget's worth of estimates was admitted"
+    );
+    let used = 1000 - left(&limiters[0], "llm", &[("tenant", &tenant)]).await as u64;
+    assert_eq!(used, spent, "the counter holds exactly what was spent");
+}
+
+#[test]
+fn four_hundred_racing_reservations_on_memory_never_overspend() {
+    for_stores(&[StoreKind::Memory], |kind| async move {
+        let clock = ManualClock::new(T0_US - T0_US % (60 * S) + S);
+        let l = Arc::new(limiter_with(
+            &[CONFIG],
+            &load(),
+            Settings::default(),
+            store(kind, &clock).await,
+        ));
+        race(vec![l], 400, "race".into()).await;
+    });
+}
+
+#[test]
+fn two_instances_racing_reservations_never_overspend() {
+    for_stores(&[StoreKind::Redis, StoreKind::Cluster], |kind| async move {
+        use crate::support::kit::RedisSetup;
+        let url = redis_url(kind).expect("a Redis");
+        let prefix = unique_prefix();
+        let clock = ManualClock::new(T0_US - T0_US % (60 * S) + S);
+        let mut limiters = Vec::new();
+        for _ in 0..2 {
+            let mut setup = RedisSetup::new(url.clone(), &clock);
+            setup.key_prefix = prefix.clone();
+            let store: Arc<AnyStore> = Arc::new(setup.connect().into());
+            crate::support::kit::wait_ready(&*store).await;
+            limiters.push(Arc::new(limiter_with(
+                &[CONFIG],
+                &load(),
+                Settings::default(),
+                store,
+            )));
+        }
+        race(limiters, 400, "race".into()).await;
+    });
+}
