@@ -34,8 +34,8 @@
 --   (move their holds' end to now + the hold). In both, a concurrency charge is allowed when
 --   the id held slots on it; every other charge is allowed and touches nothing.
 --   RESERVE (as DECIDE, then the record of what landed, per counter: its key, the charge's
---   cost, what it added and its marks, is written to the record key, for the call's record
---   time to live); SETTLE (the record's counters settle with the
+--   cost, what it added and its marks, is written to the record key, after the time it
+--   expires at: now + the call's record time to live); SETTLE (the record's counters settle with the
 --   charges' costs as the actual use, algorithm::reservation::settle: what the estimate
 --   over-charged is refunded where it landed, what the actual exceeds it by lands now, as
 --   overdraft; a charge is allowed when the record named its counter; the record goes, so a
@@ -796,12 +796,13 @@ build = function()
   end
 
   -- Decides (or refunds) the call: batch::evaluate then batch::report, step by step.
-  -- A reservation's record: per counter it charged, { key, cost, added, mark1, mark2 }.
+  -- A reservation's record: <expires> then per counter it charged, { key, cost, added, mark1,
+  -- mark2 }. One that has expired at the call's now holds nothing.
   local function record_read(key)
     local raw = redis.call('GET', key)
     local entries = {}
-    if raw then
-      local pos = 1
+    if raw and struct.unpack('<d', raw) > now then
+      local pos = 9
       while pos <= #raw do
         local cost, added, mark1, mark2, len, at = struct.unpack('<ddddd', raw, pos)
         entries[#entries + 1] = { key = string.sub(raw, at, at + len - 1), cost = cost,
@@ -890,7 +891,8 @@ build = function()
           local excess = ch.cost - e.cost
           if excess > 0 then
             ch.landed, ch.mark1, ch.mark2 = land(c, ch, excess)
-            write(c)
+            -- At the usage cap nothing lands, and nothing is written.
+            if ch.landed > 0 then write(c) else ch.mark1, ch.mark2 = 0, 0 end
           end
         end
       end
@@ -931,7 +933,10 @@ build = function()
               #ch.c.key) .. ch.c.key
           end
         end
-        if #parts > 0 then redis.call('SET', record, table.concat(parts), 'PX', record_ms) end
+        if #parts > 0 then
+          redis.call('SET', record, struct.pack('<d', now + record_ms * 1000) ..
+            table.concat(parts), 'PX', record_ms + 1000)
+        end
       end
     end
 

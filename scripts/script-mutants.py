@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The script-level differential test against planted faults: each mutant is a copy of
-lua/tollgate.lua with one off-by-one (in every algorithm, path and mode), and the test
+lua/tollgate.lua with one off-by-one (in every algorithm, path and mode, reservations and
+settles included), and the test
 (tests/behaviour/script.rs) must fail on every one of them.
 
   python3 scripts/script-mutants.py [--cases 2000]
@@ -19,14 +20,14 @@ import tempfile
 MUTANTS = [
     ("fixed window: fit, one charge", "    local lands = mode == DECIDE and used + math.max(cost, 1) <= limit",
      "    local lands = mode == DECIDE and used + math.max(cost, 1) < limit"),
-    ("fixed window: new window's end", "    stop = now - (now % window) + window\n    redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))",
-     "    stop = now - (now % window) + window + 1\n    redis.call('SET', key, struct.pack('<dd', count, stop), 'PX', ttl_ms(stop))"),
-    ("fixed window: reset of an untouched window", "    return window - (now % window)\n  end\n  if k > limit then return -1 end",
-     "    return window - (now % window) + 1\n  end\n  if k > limit then return -1 end"),
+    ("fixed window: new window's end", "  if window > 0 then return now - (now % window) + window end",
+     "  if window > 0 then return now - (now % window) + window + 1 end"),
+    ("fixed window: reset of an untouched window", "    return fresh - now\n  end\n  if k > limit then return -1 end",
+     "    return fresh - now + 1\n  end\n  if k > limit then return -1 end"),
     ("fixed window: retry", "  if count + k <= limit or stop == 0 then return 0 end",
      "  if count + k < limit or stop == 0 then return 0 end"),
-    ("fixed window: refund", "      if c.stop == mark1 then c.used = c.used - math.min(amount, c.used) end",
-     "      if c.stop == mark1 then c.used = c.used - math.min(amount - 1, c.used) end"),
+    ("fixed window: refund", "      c.used = c.used - math.min(amount, c.used)",
+     "      c.used = c.used - math.min(amount - 1, c.used)"),
     ("sliding window: what is forgotten", "        if t + window > now then live = true; break end",
      "        if t + window >= now then live = true; break end"),
     ("sliding window: granule", "  local g = math.max(math.floor(window / 1000), 1000)",
@@ -60,6 +61,18 @@ MUTANTS = [
      "        if hs >= seq then\n          if pcmp(hu, hf, gu, gf) < 0 then gu, gf = hu, hf end"),
     ("refund: what stays landed", "        if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end",
      "        if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end\n        ch.landed = ch.landed + amount"),
+    ("reserve: what the record keeps", "            parts[#parts + 1] = struct.pack('<ddddd', ch.cost, ch.landed, ch.mark1, ch.mark2,",
+     "            parts[#parts + 1] = struct.pack('<ddddd', ch.cost + 1, ch.landed, ch.mark1, ch.mark2,"),
+    ("reserve: how long the record lives", "          redis.call('SET', record, struct.pack('<d', now + record_ms * 1000) ..",
+     "          redis.call('SET', record, struct.pack('<d', now + record_ms * 500) .."),
+    ("settle: what comes back", "          local back = e.added - ch.cost",
+     "          local back = e.added - ch.cost + 1"),
+    ("settle: the excess", "          local excess = ch.cost - e.cost",
+     "          local excess = ch.cost - e.cost - 1"),
+    ("settle: a second settle", "      redis.call('DEL', record)\n    else",
+     "    else"),
+    ("unreserve: the record stays", "      if mode == UNRESERVE then redis.call('DEL', record) end",
+     "      if mode == UNRESERVE then end"),
 ]
 
 

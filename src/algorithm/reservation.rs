@@ -67,9 +67,13 @@ pub fn settle_group(
 ) -> Evaluated {
     let mut allowed = Vec::with_capacity(charges.len());
     let mut landings = Vec::with_capacity(charges.len());
+    // A counter a settle refunds on is written back as it stands now, found or not (as a
+    // refund is: a key whose state has ended goes, a log loses what it forgot).
+    let mut touched = vec![false; counters.len()];
     for (c, r) in charges.iter().zip(reserved) {
         let settled = match r {
             Some(r) if c.params.algorithm != Algorithm::Concurrency => {
+                touched[c.counter] |= r.landing.added > c.cost;
                 let counter = &mut counters[c.counter];
                 Some(settle(
                     &mut counter.after,
@@ -85,8 +89,8 @@ pub fn settle_group(
         allowed.push(settled.is_some());
         landings.push(settled.unwrap_or_default());
     }
-    for counter in counters.iter_mut() {
-        counter.commit = counter.after != counter.loaded;
+    for (counter, touched) in counters.iter_mut().zip(touched) {
+        counter.commit = touched || counter.after != counter.loaded;
     }
     Evaluated {
         verdict: Verdict::Admit,

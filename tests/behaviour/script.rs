@@ -17,25 +17,34 @@
 //! down each of its drivers (one charge, one charge per key, every call), so a mismatch names
 //! the call that took it.
 //!
+//! Reservations too: a call in reserve mode records what landed under its id (a record the
+//! Rust side keeps beside the states), a later settle of that id (or of another, or twice)
+//! settles it with new costs as the actual use (`algorithm::reservation`), an unreserve takes a
+//! reservation back with its record; whether the id's record is there is compared after every
+//! call, as is every state.
+//!
 //! An operator's reset of a key (`lua/admin.lua` against `algorithm::inspect::reset`) comes
-//! between calls now and then, so refunds of what landed before a reset are compared too.
+//! between calls now and then, so refunds of what landed before a reset are compared too, and
+//! so are settles racing a reset.
 //!
 //! 2,000 cases by default (`TOLLGATE_SCRIPT_CASES`), seeded from the clock; a failure prints
 //! the seed (`TOLLGATE_SCRIPT_SEED` replays it), the case's calls so far and both answers.
 //! `TOLLGATE_SCRIPT_LUA=<file>` runs another script (a mutation run plants a fault in a copy).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use fred::prelude::*;
 use tollgate::algorithm::batch::{self, BatchCharge, Counter};
 use tollgate::algorithm::concurrency::SlotId;
+use tollgate::algorithm::reservation::{self, Reserved};
 use tollgate::algorithm::rule::ChargeOutcome;
 use tollgate::algorithm::rule::Mode;
 use tollgate::algorithm::rule::Role;
 use tollgate::algorithm::{inspect, refresh, refund, Landing, State};
 use tollgate::limit::calendar::{zone, Calendar, Period};
 use tollgate::limit::{Algorithm, LimitParams};
-use tollgate::store::placement::{Group, PlacedCharge};
+use tollgate::store::placement::{record_key_of, record_life_us, Group, PlacedCharge};
 use tollgate::store::protocol::Refund;
 use tollgate::store::redis::script::{self, decode_state, CallHead, Script};
 
@@ -132,7 +141,7 @@ struct Charge {
     role: Role,
 }
 
-fn charges(rng: &mut Rng, keys: &[Vec<LimitParams>]) -> (Vec<Charge>, usize) {
+fn charges_of(rng: &mut Rng, keys: &[Vec<LimitParams>]) -> (Vec<Charge>, usize) {
     let n = 1 + rng.below(4) as usize;
     // Often one charge per key, the script's own path for it.
     let distinct = rng.chance(50);
@@ -232,9 +241,20 @@ struct Asked<'a> {
     slot: SlotId,
 }
 
-/// What the memory store does for the call: `batch::evaluate_and_report`, or a refund as its
-/// take-back runs it; `states` (per case key) takes what the call commits.
-fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Asked<'_>) -> Answer {
+/// Reservation records the Rust side keeps, by id: when each expires, and per case key the
+/// reservation charged, what it left there.
+type Records = HashMap<SlotId, (u64, Vec<(usize, Reserved)>)>;
+
+/// What the memory store does for the call: `batch::evaluate_and_report`, a refund as its
+/// take-back runs it, or a settle; `states` (per case key) takes what the call commits, and
+/// `records` what a reservation records.
+fn rust_call(
+    states: &mut [Option<State>],
+    records: &mut Records,
+    keys: &[Vec<LimitParams>],
+    specs: &[PlacedCharge<'_>],
+    call: &Asked<'_>,
+) -> Answer {
     let Asked {
         charges,
         g,
@@ -262,7 +282,10 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
             slot,
         })
         .collect();
-    if mode == Mode::Refund {
+    if mode == Mode::Unreserve {
+        records.remove(&slot);
+    }
+    if matches!(mode, Mode::Refund | Mode::Unreserve) {
         let mut finals: Vec<Option<State>> = key_of_counter
             .iter()
             .zip(&counter_params)
@@ -289,11 +312,59 @@ fn rust_call(states: &mut [Option<State>], keys: &[Vec<LimitParams>], call: &Ask
         .zip(&counter_params)
         .map(|(&k, p)| Counter::new(states[k].clone(), p, now))
         .collect();
+    if mode == Mode::Settle {
+        let mut record = match records.remove(&slot) {
+            Some((expires, entries)) if expires > now => entries,
+            _ => Vec::new(),
+        };
+        let reserved: Vec<Option<Reserved>> = charges
+            .iter()
+            .map(|c| {
+                let at = record.iter().position(|(k, _)| *k == c.key)?;
+                Some(record.remove(at).1)
+            })
+            .collect();
+        let evaluated = reservation::settle_group(&mut counters, &batch_charges, &reserved, now);
+        let finals: Vec<&Option<State>> = counters.iter().map(Counter::final_state).collect();
+        let outcomes = batch::report(
+            &finals,
+            &batch_charges,
+            &evaluated.allowed,
+            &evaluated.landings,
+            now,
+            false,
+        );
+        for (&k, counter) in key_of_counter.iter().zip(&counters) {
+            if counter.commit {
+                states[k] = counter.after.clone();
+            }
+        }
+        return outcomes.into_iter().zip(evaluated.landings).collect();
+    }
     let (evaluated, outcomes) =
         batch::evaluate_and_report(&mut counters, &batch_charges, now, mode, quota_descriptors);
     for (&k, counter) in key_of_counter.iter().zip(counters) {
         if counter.commit {
             states[k] = counter.after;
+        }
+    }
+    if mode == Mode::Reserve {
+        let entries: Vec<(usize, Reserved)> = charges
+            .iter()
+            .zip(&evaluated.landings)
+            .filter(|(c, l)| {
+                l.added > 0 && keys[c.key][c.limit].algorithm != Algorithm::Concurrency
+            })
+            .map(|(c, &landing)| {
+                let reserved = Reserved {
+                    cost: c.cost,
+                    landing,
+                };
+                (c.key, reserved)
+            })
+            .collect();
+        if !entries.is_empty() {
+            records.insert(slot, (now + record_life_us(g, specs), entries));
         }
     }
     outcomes.into_iter().zip(evaluated.landings).collect()
@@ -328,7 +399,12 @@ impl Runner {
             quota_descriptors: asked.quota_descriptors,
             slot: asked.slot,
         };
-        let (keys, arg) = script::args(g, specs, head, asked.refunds, None);
+        let record = asked.mode.has_record().then(|| {
+            let key = record_key_of(&specs[g.keys[0]].key, asked.slot);
+            (key, record_life_us(g, specs) / 1000)
+        });
+        let record = record.as_ref().map(|(k, ms)| (k.as_str(), *ms));
+        let (keys, arg) = script::args(g, specs, head, asked.refunds, record);
         let reply: Value = self
             .client
             .evalsha(&self.script.sha, keys, vec![arg])
@@ -373,6 +449,15 @@ impl Runner {
         Ok(found)
     }
 
+    /// Whether the script holds a live record for `id` (its first 8 bytes: when it expires).
+    async fn lua_record(&self, prefix: &str, id: SlotId, now: u64) -> bool {
+        let key = record_key_of(&format!("{prefix}k0"), id);
+        let raw: Option<Vec<u8>> = self.client.get(key).await.expect("GET");
+        raw.is_some_and(|r| {
+            r.len() >= 8 && f64::from_le_bytes(r[..8].try_into().expect("8 bytes")) > now as f64
+        })
+    }
+
     async fn lua_state(&self, key: &str, p: &LimitParams, now: u64) -> Option<State> {
         let raw: Option<Vec<u8>> = self.client.get(key).await.expect("GET");
         let mut state = raw.and_then(|raw| {
@@ -391,9 +476,12 @@ impl Runner {
         let keys: Vec<Vec<LimitParams>> = (0..1 + rng.below(3)).map(|_| limits(&mut rng)).collect();
         let mut story = format!("keys: {keys:?}\n");
         let mut states: Vec<Option<State>> = vec![None; keys.len()];
+        let mut records = Records::new();
+        // The last reservation: its charges, to settle with other costs.
+        let mut reserved: Option<(Vec<Charge>, SlotId)> = None;
         let mut now = T0 + rng.below(60 * S);
         // The last call that may have landed something: its charges, quota and answers.
-        let mut last: Option<(Vec<Charge>, usize, Answer, SlotId)> = None;
+        let mut last: Option<(Vec<Charge>, usize, Answer, SlotId, Mode)> = None;
         for step in 0..1 + rng.below(12) {
             let window = keys[rng.below(keys.len() as u64) as usize][0].window_us;
             let forward = rng.pick(&[0, 1, 999, 1_000, 61_000, 250_000, window / 2, window]);
@@ -425,10 +513,12 @@ impl Runner {
                 }
             }
             let refunding = last.is_some() && rng.chance(30);
+            let settling = !refunding && reserved.is_some() && rng.chance(35);
             // Ids from a small set: the same id takes again, and releases what another took.
             let mut slot = (rng.pick(&[1, 2, 3]), rng.pick(&[7, (1 << 52) - 1]));
             let (charges, quota, mode, refunds) = if refunding {
-                let (charges, quota, answer, id) = last.take().expect("a call to refund");
+                let (charges, quota, answer, id, last_mode) =
+                    last.take().expect("a call to refund");
                 slot = id;
                 let refunds: Vec<Refund> = answer
                     .iter()
@@ -439,11 +529,39 @@ impl Runner {
                         refund: landing.added > 0 && rng.chance(70),
                     })
                     .collect();
-                (charges, quota, Mode::Refund, refunds)
+                let mode = match last_mode {
+                    Mode::Reserve => Mode::Unreserve,
+                    _ => Mode::Refund,
+                };
+                (charges, quota, mode, refunds)
+            } else if settling {
+                // The actual use: the estimate's costs changed, on the same keys (and now and
+                // then another key, which the reservation did not charge).
+                let (mut charges, id) = reserved.clone().expect("a reservation to settle");
+                slot = if rng.chance(85) { id } else { (9, 9) };
+                for c in &mut charges {
+                    let p = keys[c.key][c.limit];
+                    c.cost = rng.pick(&[
+                        0,
+                        1,
+                        c.cost / 2,
+                        c.cost,
+                        c.cost + 1,
+                        2 * c.cost + 3,
+                        p.usage_cap(),
+                    ]);
+                    c.role = Role::Enforced;
+                }
+                if rng.chance(20) {
+                    let (mut more, _) = charges_of(&mut rng, &keys);
+                    charges.append(&mut more);
+                }
+                (charges, 0, Mode::Settle, Vec::new())
             } else {
-                let (charges, quota) = charges(&mut rng, &keys);
+                let (charges, quota) = charges_of(&mut rng, &keys);
                 let mode = match rng.below(24) {
-                    0..=11 => Mode::Decide,
+                    0..=7 => Mode::Decide,
+                    8..=11 => Mode::Reserve,
                     12..=14 => Mode::CountRejected,
                     15..=19 => Mode::DryRun,
                     20 | 21 => Mode::Release,
@@ -467,7 +585,7 @@ impl Runner {
                 slot,
             };
             let lua = self.lua_call(&specs, &asked).await;
-            let rust = rust_call(&mut states, &keys, &asked);
+            let rust = rust_call(&mut states, &mut records, &keys, &specs, &asked);
             let lua = match lua {
                 Ok(lua) if same(&lua, &rust) => lua,
                 other => {
@@ -487,8 +605,23 @@ impl Runner {
                     ));
                 }
             }
-            if matches!(mode, Mode::Decide | Mode::CountRejected | Mode::DryRun) {
-                last = Some((charges, quota, lua, slot));
+            let in_lua = self.lua_record(&prefix, slot, now).await;
+            let in_rust = records
+                .get(&slot)
+                .is_some_and(|(expires, _)| *expires > now);
+            if in_lua != in_rust {
+                return Err(format!(
+                    "{story}the record of {slot:?}: lua has it {in_lua}, rust {in_rust}"
+                ));
+            }
+            if mode == Mode::Reserve {
+                reserved = Some((charges.clone(), slot));
+            }
+            if matches!(
+                mode,
+                Mode::Decide | Mode::CountRejected | Mode::DryRun | Mode::Reserve
+            ) {
+                last = Some((charges, quota, lua, slot, mode));
             }
         }
         Ok(())

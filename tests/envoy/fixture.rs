@@ -75,6 +75,20 @@ pub const LLM_CONFIGS: [(&str, &str); 2] = [
     ),
 ];
 
+/// Two domains of 1,000 tokens an hour per tenant for reservations (reservations.rs): in
+/// `llm-reserve` a request without an estimate is charged 100, in `llm-reserve-strict` it is
+/// refused.
+pub const RESERVE_CONFIGS: [(&str, &str); 2] = [
+    (
+        "llm-reserve.yaml",
+        "domain: llm-reserve\nreservations: {default_estimate: 100}\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n",
+    ),
+    (
+        "llm-reserve-strict.yaml",
+        "domain: llm-reserve-strict\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n",
+    ),
+];
+
 /// Envoy's filter timeout on the shared listeners: generous, so a loaded test machine never
 /// turns a slow answer into a failure; the failure tests set their own.
 const TIMEOUT: &str = "2s";
@@ -160,6 +174,9 @@ fn config_dir() -> PathBuf {
         std::fs::write(dir.join(file), text).expect("write config");
     }
     std::fs::write(dir.join("llm-slots.yaml"), SLOTS_CONFIG).expect("write config");
+    for (file, text) in RESERVE_CONFIGS {
+        std::fs::write(dir.join(file), text).expect("write config");
+    }
     dir
 }
 
@@ -318,6 +335,35 @@ pub fn slot_limits() -> Value {
     ])
 }
 
+/// The reservation pattern (`examples/envoy/envoy.yaml`'s `/v1/chat`): when the request
+/// arrives, `tenant` from `x-tenant` reserving the estimate in `x-max-tokens`, and beside it the
+/// same entries marked `fallback` (Envoy drops the first when the header is absent: tollgate then
+/// charges the domain's default estimate, or refuses); when the stream is done, the same entry
+/// with `tollgate.settle` = the reservation id tollgate answered (`tollgate.reservation` in the
+/// filter's dynamic metadata) and the tokens the response used (`tollgate.test:tokens`, set from
+/// its `x-tokens-used`) as the actual use. No usage, or no id: Envoy sends no settle, and the
+/// estimate stays charged.
+pub fn reserve_limits() -> Value {
+    let tenant = header_action("x-tenant", "tenant");
+    let mark = |value: &str| json!({"generic_key": {"descriptor_key": "tollgate.reserve", "descriptor_value": value}});
+    json!([
+        {
+            "actions": [tenant.clone(), mark("estimate")],
+            "hits_addend": {"format": "%REQ(x-max-tokens)%"},
+        },
+        {"actions": [tenant.clone(), mark("fallback")]},
+        {
+            "actions": [tenant, {"metadata": {
+                "descriptor_key": "tollgate.settle",
+                "metadata_key": {"key": "envoy.filters.http.ratelimit", "path": [{"key": "tollgate.reservation"}]},
+                "source": "DYNAMIC",
+            }}],
+            "apply_on_stream_done": true,
+            "hits_addend": {"format": "%DYNAMIC_METADATA(tollgate.test:tokens)%"},
+        },
+    ])
+}
+
 /// A route whose rate limits are the ratelimit filter's per-route config
 /// (`RateLimitPerRoute.rate_limits`, where Envoy sends `hits_addend`), with `domain` when set.
 fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: Value) -> Value {
@@ -350,6 +396,8 @@ fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: V
 ///   (the route's own `rate_limits`): a slot of `model_in_flight` from `x-model` taken on the
 ///   request and released when the stream is done (see [`slot_limits`]);
 /// - `/slots/unreleased`: a slot of `model_unreleased` from `x-model`, never released;
+/// - `/reserve/default`, `/reserve/strict`: reservations (domains `llm-reserve` and
+///   `llm-reserve-strict`, see [`reserve_limits`]);
 /// - `/load`: `load` from `x-load`, never denied.
 fn main_routes(side: &Side) -> Value {
     let backend = side.backend_cluster.as_str();
@@ -417,6 +465,13 @@ fn main_routes(side: &Side) -> Value {
                 "domain": "llm-slots",
             }},
         },
+        per_filter_route("/reserve/default", backend, Some("llm-reserve"), reserve_limits()),
+        per_filter_route(
+            "/reserve/strict",
+            backend,
+            Some("llm-reserve-strict"),
+            reserve_limits(),
+        ),
         per_filter_route(
             "/slots/unreleased",
             backend,

@@ -15,5 +15,6 @@ mod envoy_gateway;
 mod failure;
 mod fixture;
 mod llm;
+mod reservations;
 mod shipped;
 mod slots;

@@ -103,17 +103,24 @@ pub struct Generation {
 /// Starts a generation of `model` at `url`: `Ok` once it streams, `Err(status)` when Envoy
 /// refused it (then it never reached the backend). Each has a client (a connection) of its own.
 pub async fn generation(url: &str, model: &str) -> Result<Generation, u16> {
+    generation_with(url, &[("x-model", model)]).await
+}
+
+/// [`generation`] with request headers `headers`.
+pub async fn generation_with(url: &str, headers: &[(&str, &str)]) -> Result<Generation, u16> {
     let (hold, id) = (unique("hold"), unique("generation"));
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("client");
-    let send = client
+    let mut send = client
         .get(url)
-        .header("x-model", model)
         .header("x-hold", &hold)
-        .header("x-test-id", &id)
-        .send();
+        .header("x-test-id", &id);
+    for (k, v) in headers {
+        send = send.header(*k, *v);
+    }
+    let send = send.send();
     let mut resp = tokio::time::timeout(Duration::from_secs(5), send)
         .await
         .expect("Envoy answers in time")
