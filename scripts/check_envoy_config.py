@@ -16,7 +16,11 @@ YAML alone:
    a slot release (last entry `tollgate.release`) is sent when the stream is done, repeats a
    request-time descriptor that reaches a concurrency limit, and reads the slot id from the
    ratelimit filter's dynamic metadata with no `default_value` and no `skip_if_absent` (either
-   would send a descriptor without an id, which takes a slot);
+   would send a descriptor without an id, which takes a slot); a reservation (last entry
+   `tollgate.reserve`) marks an estimate carrying a `hits_addend` or its fallback, always sent
+   beside it, and a settle (last entry `tollgate.settle`) is sent when the stream is done with
+   a `hits_addend` (the use), repeats a reserving descriptor, and reads the reservation id from
+   the ratelimit filter's dynamic metadata with no `default_value` and no `skip_if_absent`;
 2. no `hits_addend` sits in a route's or virtual host's own `rate_limits` (Envoy 1.40 drops it:
    a cost goes in `RateLimitPerRoute.rate_limits`);
 3. the filter's domain is the config's, and its timeout is explicit, above tollgate's default
@@ -53,6 +57,11 @@ ENVOY_EXAMPLE_CONFIGS = ["examples/ratelimit.yaml", "examples/llm-gateway.yaml"]
 # A slot release: the descriptor entry tollgate reads, and where Envoy keeps tollgate's answer.
 RELEASE_KEY = "tollgate.release"
 SLOT_METADATA = {"key": "envoy.filters.http.ratelimit", "path": [{"key": "tollgate.slot"}]}
+# A reservation and its settle: the entries tollgate reads, and where Envoy keeps the id.
+RESERVE_KEY = "tollgate.reserve"
+SETTLE_KEY = "tollgate.settle"
+RESERVATION_METADATA = {"key": "envoy.filters.http.ratelimit",
+                        "path": [{"key": "tollgate.reservation"}]}
 
 
 class Report:
@@ -199,10 +208,43 @@ def check_release(report, where, rl, entries, request_time, config):
     )
 
 
+def check_settle(report, where, rl, entries, reserved):
+    """A settle (its last action sends tollgate.settle): when, with what, and where its id
+    comes from."""
+    report.check(
+        rl.get("apply_on_stream_done") is True,
+        f"{where}: the settle is sent when the stream is done (apply_on_stream_done: true)",
+    )
+    report.check("hits_addend" in rl, f"{where}: the settle carries the use as its hits_addend")
+    [(kind, action)] = rl["actions"][-1].items()
+    report.check(
+        kind == "metadata"
+        and action.get("source") == "DYNAMIC"
+        and action.get("metadata_key") == RESERVATION_METADATA,
+        f"{where}: the id is read from dynamic metadata {RESERVATION_METADATA}",
+        "tollgate's answer puts the id there (tollgate.reservation, under the filter's name)",
+    )
+    report.check(
+        not action.get("default_value") and not action.get("skip_if_absent"),
+        f"{where}: no default_value and no skip_if_absent",
+        "a request that got no id would send the descriptor without one: a charge, not a settle",
+    )
+    report.check(
+        tuple(entries) in reserved,
+        f"{where}: ({fmt_entries(entries)}) is a descriptor the request reserved on",
+    )
+
+
 def descriptors(report, label, rate_limits, config, produced, costs_allowed):
     """Each rate limit entry (one descriptor) reaches a limit of the config: the descriptors
     sent on the request and when the stream is done."""
     out, done = [], []
+    # Reserving descriptors (their entries without the mark), by mark value.
+    marked = {"estimate": [], "fallback": []}
+    for rl in rate_limits or []:
+        entries = [action_entry(a) for a in rl["actions"]]
+        if None not in entries and entries and entries[-1][0] == RESERVE_KEY:
+            marked.setdefault(entries[-1][1], []).append(tuple(entries[:-1]))
     for i, rl in enumerate(rate_limits or []):
         where = f"{label}.rate_limits[{i}]"
         if not costs_allowed:
@@ -219,8 +261,32 @@ def descriptors(report, label, rate_limits, config, produced, costs_allowed):
             check_release(report, where, rl, entries[:-1], out, config)
             done.append(tuple(entries))
             continue
+        if entries[-1][0] == SETTLE_KEY:
+            check_settle(report, where, rl, entries[:-1], marked["estimate"])
+            done.append(tuple(entries))
+            continue
+        # What the call sends (a reservation's mark included: its estimate and fallback are
+        # two descriptors), and what tollgate matches (the mark taken off).
+        sent = tuple(entries)
+        if entries[-1][0] == RESERVE_KEY:
+            value = entries[-1][1]
+            report.check(value in ("estimate", "fallback"),
+                         f"{where}: the reservation mark is estimate or fallback",
+                         f"found {value!r}")
+            report.check(
+                (value == "estimate") == ("hits_addend" in rl),
+                f"{where}: an estimate carries a hits_addend, its fallback none",
+            )
+            other = "fallback" if value == "estimate" else "estimate"
+            report.check(
+                tuple(entries[:-1]) in marked.get(other, []),
+                f"{where}: the {other} of ({fmt_entries(entries[:-1])}) is sent beside it",
+                "Envoy drops an estimate whose hits_addend does not resolve: the fallback "
+                "is what then reserves the default (or is refused)",
+            )
+            entries = entries[:-1]
         produced.append(entries)
-        (done if rl.get("apply_on_stream_done") else out).append(tuple(entries))
+        (done if rl.get("apply_on_stream_done") else out).append(sent)
         report.check(
             reaches_limit(config["descriptors"], entries),
             f"{where}: ({fmt_entries(entries)}) reaches a limit of domain {config['domain']}",

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tollgate::pb::rls::RateLimitResponse;
 
 use super::enforce::header;
-use super::slots::{counts, generation, wait_counts, Counts};
+use super::slots::{counts, generation, generation_with, wait_counts, Counts};
 use crate::support::binary::Binary;
 use crate::support::envoy::{admin, cluster, socket_address, validate, Backend, Envoy};
 use crate::support::kit::avoid_window_edge;
@@ -304,12 +304,64 @@ async fn the_example_envoy_yaml_route_by_route() {
     wait_counts("shipped", &tollgate, domain, want).await;
     assert_eq!(want.not_held, 0, "every release named a slot");
 
+    // /v1/chat (domain llm-gateway): a call reserves its x-max-tokens of the tenant's
+    // 100,000 a minute at once, and Envoy's call when the stream is done settles it with the
+    // tokens the response used; without x-max-tokens it reserves the default (4,096).
+    let url = format!("http://127.0.0.1:{listen}/v1/chat");
+    let tenant = [("tenant_reserved_tokens", "shipped-tenant")];
+    avoid_window_edge(Duration::from_secs(60), Duration::from_secs(15)).await;
+    let g = generation_with(
+        &url,
+        &[
+            ("x-tenant", "shipped-tenant"),
+            ("x-max-tokens", "3000"),
+            ("x-completion-tokens", "1200"),
+        ],
+    )
+    .await
+    .expect("a call within the budget");
+    assert_eq!(remaining(&tollgate, "llm-gateway", &tenant).await, 97_000);
+    g.finish().await;
+    wait_remaining(&tollgate, "llm-gateway", &tenant, 98_800).await;
+    let g = generation_with(
+        &url,
+        &[
+            ("x-tenant", "shipped-tenant"),
+            ("x-completion-tokens", "100"),
+        ],
+    )
+    .await
+    .expect("the default estimate fits");
+    assert_eq!(
+        remaining(&tollgate, "llm-gateway", &tenant).await,
+        98_800 - 4096
+    );
+    g.finish().await;
+    wait_remaining(&tollgate, "llm-gateway", &tenant, 98_700).await;
+
     let stats = envoy.ratelimit_stats("backend").await - before;
     assert_eq!(
         (stats.error, stats.failure_mode_allowed),
         (0, 0),
         "no call failed (a failure would have let its request through): {stats:?}"
     );
+}
+
+/// Waits (up to 5 s) until the descriptor's remaining count is `want` (Envoy's stream-done
+/// call comes after the client's last byte).
+async fn wait_remaining(tollgate: &Binary, domain: &str, entries: &[(&str, &str)], want: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = remaining(tollgate, domain, entries).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{domain} {entries:?}: {got} remaining, expected {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// A bootstrap carrying `deploy/istio/envoyfilter.yaml`'s patches as Istio applies them to the
