@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/ratelimit/config/ratelimit/v3/rls_conf.proto",
         // Concurrency slots for direct callers (`src/serve/slots.rs`).
         "proto/tollgate/slots/v1/slots.proto",
+        // Reservations for direct callers (`src/serve/reservations.rs`).
+        "proto/tollgate/reservations/v1/reservations.proto",
     ];
     println!("cargo:rerun-if-changed=proto");
     let mut compiler = protox::Compiler::new(["proto"])?;

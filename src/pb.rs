@@ -8,6 +8,11 @@ pub mod tollgate {
             tonic::include_proto!("tollgate.slots.v1");
         }
     }
+    pub mod reservations {
+        pub mod v1 {
+            tonic::include_proto!("tollgate.reservations.v1");
+        }
+    }
 }
 
 pub mod envoy {

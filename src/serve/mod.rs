@@ -7,6 +7,7 @@
 //! and in-flight calls finish.
 
 pub mod grpc;
+pub mod reservations;
 pub mod slots;
 pub mod threads;
 pub mod transport;
@@ -285,11 +286,17 @@ async fn start_serving(
         let (shutdown, drain, store) = (shutdown.clone(), drain.clone(), store.clone());
         let limiter = limiter.clone();
         move |accepted: threads::Accepted| {
-            let routes = tonic::service::Routes::new(health_service.clone()).add_service(
-                crate::pb::tollgate::slots::v1::slots_server::SlotsServer::new(
-                    crate::serve::slots::SlotsService::new(limiter.clone()),
-                ),
-            );
+            let routes = tonic::service::Routes::new(health_service.clone())
+                .add_service(
+                    crate::pb::tollgate::slots::v1::slots_server::SlotsServer::new(
+                        crate::serve::slots::SlotsService::new(limiter.clone()),
+                    ),
+                )
+                .add_service(
+                    crate::pb::tollgate::reservations::v1::reservations_server::ReservationsServer::new(
+                        crate::serve::reservations::ReservationsService::new(limiter.clone()),
+                    ),
+                );
             let calls = Calls::new(limiter.clone(), routes);
             let (connections, drain) = (connections.clone(), drain());
             let (shutdown, store) = (shutdown.clone(), store.clone());

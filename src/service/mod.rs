@@ -155,6 +155,19 @@ impl<S: Store> RateLimiter<S> {
         Ok(done.unwrap_or_default())
     }
 
+    /// Settles the reservation `id` on the limits `req`'s descriptors reach, each descriptor's
+    /// cost the actual use (a direct caller's settle; Envoy's is a marked descriptor).
+    pub async fn settle(
+        &self,
+        req: &RateLimitRequest,
+        id: SlotId,
+    ) -> Result<SettleDone, CallError> {
+        validate(req, &self.settings.bounds).map_err(InvalidRequest::from)?;
+        let done = self.run_settle(req, id).await?.unwrap_or_default();
+        self.observer.settled(id, &done);
+        Ok(done)
+    }
+
     /// The call, decided: a release and a settle first if the request carries them, then its
     /// other descriptors (a reservation if one of them says so; see `marked`).
     async fn answer<'c>(

@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use opentelemetry::KeyValue;
 
+use crate::algorithm::concurrency::SlotId;
 use crate::algorithm::rule::{ChargeOutcome, Role};
 use crate::base::log_throttle;
 use crate::pb::rls::RateLimitRequest;
 use crate::plan::Plan;
-use crate::service::answer::{Answered, AnsweredBy, Ended, SlotsDone};
+use crate::service::answer::{Answered, AnsweredBy, Ended, SettleDone, SlotsDone};
 use crate::service::decision::{plan_verdict, Code, Decision};
 use crate::service::error::CallError;
 use crate::service::settings::Settings;
@@ -91,14 +92,7 @@ impl Observer {
         }
         if let Some(settle) = &r.ended.settle {
             match &settle.done {
-                Ok(Some(done)) if done.limits > 0 => self.metrics.settle("settled"),
-                Ok(Some(_)) => {
-                    self.metrics.settle("unknown");
-                    tracing::debug!(
-                        id = %crate::service::slots::format_id(settle.id),
-                        "settle of a reservation already settled, expired or never issued: nothing changed"
-                    );
-                }
+                Ok(Some(done)) => self.settled(settle.id, done),
                 Ok(None) => {}
                 Err(e) => {
                     if let Some(suppressed) = log_throttle::due("settle_failed") {
@@ -132,6 +126,19 @@ impl Observer {
         self.metrics.decision_duration.observe(elapsed);
         if let Some(stats) = self.statistics() {
             stats.call(elapsed * 1000.0);
+        }
+    }
+
+    /// Reports a settle: `settled`, or `unknown` (with a debug line) when the id had no record.
+    pub fn settled(&self, id: SlotId, done: &SettleDone) {
+        if done.limits > 0 {
+            self.metrics.settle("settled");
+        } else {
+            self.metrics.settle("unknown");
+            tracing::debug!(
+                id = %crate::service::slots::format_id(id),
+                "settle of a reservation already settled, expired or never issued: nothing changed"
+            );
         }
     }
 

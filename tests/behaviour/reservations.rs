@@ -357,3 +357,81 @@ fn two_instances_racing_reservations_never_overspend() {
         race(limiters, 400, "race".into()).await;
     });
 }
+
+/// The `tollgate.reservations.v1.Reservations` gRPC service, over a real socket, on every
+/// store: a reserve answers the decision and an id, a settle names it.
+#[test]
+fn direct_callers_reserve_and_settle_over_grpc() {
+    use tollgate::pb::tollgate::reservations::v1::reservations_client::ReservationsClient;
+    use tollgate::pb::tollgate::reservations::v1::SettleRequest;
+
+    use crate::support::server::start_with_store;
+    for_every_store(|kind| async move {
+        let clock = ManualClock::new(T0_US - T0_US % (60 * S) + S);
+        let server = start_with_store(
+            STRICT,
+            Settings::default().into(),
+            store(kind, &clock).await,
+        )
+        .await;
+        let mut client = ReservationsClient::connect(server.grpc_url())
+            .await
+            .expect("connect");
+        let reserve = |estimate: u64| {
+            request(
+                "strict",
+                vec![costing(descriptor(&[("tenant", "grpc")]), estimate)],
+            )
+        };
+        let r = client
+            .reserve(reserve(800))
+            .await
+            .expect("reserve")
+            .into_inner();
+        assert_eq!(r.decision.as_ref().map(|d| d.overall_code), Some(OK));
+        assert_eq!(r.reservation_id.len(), 26, "{r:?}");
+        let over = client
+            .reserve(reserve(300))
+            .await
+            .expect("reserve")
+            .into_inner();
+        assert_eq!(over.decision.map(|d| d.overall_code), Some(OVER_LIMIT));
+        assert!(over.reservation_id.is_empty());
+        let settle = |actual: u64| SettleRequest {
+            domain: "strict".into(),
+            descriptors: vec![costing(descriptor(&[("tenant", "grpc")]), actual)],
+            reservation_id: r.reservation_id.clone(),
+        };
+        let done = client
+            .settle(settle(500))
+            .await
+            .expect("settle")
+            .into_inner();
+        assert_eq!(done.limits, 1);
+        assert_eq!(
+            client
+                .settle(settle(0))
+                .await
+                .expect("settle")
+                .into_inner()
+                .limits,
+            0
+        );
+        let again = client
+            .reserve(reserve(500))
+            .await
+            .expect("reserve")
+            .into_inner();
+        assert_eq!(
+            again.decision.map(|d| d.overall_code),
+            Some(OK),
+            "the 300 not used came back"
+        );
+        let bad = SettleRequest {
+            reservation_id: "not-an-id".into(),
+            ..settle(1)
+        };
+        let e = client.settle(bad).await.expect_err("a bad id");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    });
+}
