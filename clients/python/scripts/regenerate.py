@@ -60,10 +60,14 @@ def protoc(args: list[str]) -> None:
         raise SystemExit(f"protoc failed: {' '.join(argv)}")
 
 
-# The client speaks the rate limit service and tollgate's concurrency slots; proto/ also holds
+# The client speaks the rate limit service, tollgate's concurrency slots and reservations; proto/ also holds
 # what the server alone needs (the xDS config source's ADS and RateLimitConfig), which stays
 # out of the package.
-ROOTS = ("envoy/service/ratelimit/v3/rls.proto", "tollgate/slots/v1/slots.proto")
+ROOTS = (
+    "envoy/service/ratelimit/v3/rls.proto",
+    "tollgate/slots/v1/slots.proto",
+    "tollgate/reservations/v1/reservations.proto",
+)
 # Top-level packages of the generated code, whose imports are moved under PREFIX.
 PACKAGES = ("envoy", "tollgate")
 

@@ -46,6 +46,9 @@ descriptors:
     rate_limit: {name: solo, algorithm: concurrency, requests_per_unit: 1}
   - key: brief               # 1 at once, a 1 s lease: expiry and renewal
     rate_limit: {name: brief, algorithm: concurrency, requests_per_unit: 1, lease_ttl: 1s}
+  # reservations: an estimate charged up front, settled to the actual use
+  - key: budget              # 1,000 tokens an hour
+    rate_limit: {name: budget, unit: hour, requests_per_unit: 1000}
 """
 
 

@@ -15,7 +15,11 @@ from langchain_core.rate_limiters import BaseRateLimiter
 from pydantic import Field
 
 from tollgate_client import AcquireTimeout, AsyncClient, Client, Descriptor
-from tollgate_client.langchain import TollgateRateLimiter, TollgateSlotHandler
+from tollgate_client.langchain import (
+    TollgateRateLimiter,
+    TollgateReservationHandler,
+    TollgateSlotHandler,
+)
 
 
 class TimedModel(FakeListChatModel):
@@ -208,3 +212,58 @@ async def test_slot_handler_async(server: Server) -> None:
         assert [r.content for r in replies] == ["hi"] * 5
         assert most_at_once(model.spans) == 2, model.spans
         assert handler.held == 0 and cap_is_free(tg, key, 2)
+
+
+class UsageModel(FakeListChatModel):
+    """Reports `used` total tokens for each generation (OpenAI-style `token_usage`)."""
+
+    used: int | None = 0
+    fail: bool = False
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fail:
+            raise RuntimeError("model down")
+        result = super()._generate(*args, **kwargs)
+        if self.used is not None:
+            result.llm_output = {"token_usage": {"total_tokens": self.used}}
+        return result
+
+
+def budget_left(tg: Client, tenant: str) -> int:
+    (st,) = tg.check("test", Descriptor({"budget": tenant}, hits=0)).statuses
+    assert st.remaining is not None
+    return st.remaining
+
+
+def test_reservation_handler_reserves_max_tokens_and_settles_the_usage(server: Server) -> None:
+    tenant = unique()
+    with Client(server.addr) as tg:
+        handler = TollgateReservationHandler(tg, "test", {"budget": tenant}, max_wait=0)
+        model = UsageModel(responses=["hi"], used=120, callbacks=[handler])
+        reply = model.invoke("hello", config={"metadata": {}}, max_tokens=300)
+        assert reply.content == "hi"
+        assert handler.held == 0 and budget_left(tg, tenant) == 880
+        # no max_tokens: the default estimate (reserved, then settled the same way)
+        handler.default_estimate = 800
+        UsageModel(responses=["hi"], used=80, callbacks=[handler]).invoke("hello")
+        assert budget_left(tg, tenant) == 800
+
+
+def test_reservation_handler_refuses_what_does_not_fit_and_keeps_estimates_it_cannot_settle(
+    server: Server,
+) -> None:
+    tenant = unique()
+    with Client(server.addr) as tg:
+        handler = TollgateReservationHandler(
+            tg, "test", {"budget": tenant}, default_estimate=600, max_wait=0
+        )
+        # an errored generation, and one reporting no usage: their estimates stay charged
+        with pytest.raises(RuntimeError, match="model down"):
+            UsageModel(responses=["hi"], fail=True, callbacks=[handler]).invoke("hello")
+        assert budget_left(tg, tenant) == 400
+        with pytest.raises(AcquireTimeout):  # 600 more does not fit: the model is never called
+            UsageModel(responses=["hi"], callbacks=[handler]).invoke("hello")
+        UsageModel(responses=["hi"], used=None, callbacks=[handler]).invoke(
+            "hello", max_tokens=300
+        )
+        assert handler.held == 0 and budget_left(tg, tenant) == 100

@@ -8,7 +8,8 @@
             print("retry in", d.wait, "s")
 
 `with tg.slot("llm-gateway", {"model_in_flight": "gpt-4o"}):` holds a slot of a concurrency
-limit (requests in flight) while the block runs. `AsyncClient` is the asyncio twin;
+limit (requests in flight) while the block runs; `with tg.reserve(domain, descriptors, 4096) as
+r: ... r.settle(used)` charges an estimate up front and settles it to the actual use. `AsyncClient` is the asyncio twin;
 `tollgate_client.langchain` (extra `[langchain]`) has a LangChain rate limiter
 (`TollgateRateLimiter`) and a callback handler that caps generations in flight
 (`TollgateSlotHandler`).
@@ -32,6 +33,7 @@ from ._model import (
     TollgateRequestError,
     TollgateUnavailable,
 )
+from ._reservation import AsyncReservation, Reservation, SettleResult
 from .aio import AsyncClient
 from .client import (
     DEFAULT_MAX_WAIT,
@@ -52,6 +54,7 @@ __all__ = [
     "SLOT_POLL",
     "AcquireTimeout",
     "AsyncClient",
+    "AsyncReservation",
     "Client",
     "Code",
     "CostNeverFits",
@@ -61,6 +64,8 @@ __all__ = [
     "DescriptorStatus",
     "Descriptors",
     "Limit",
+    "Reservation",
+    "SettleResult",
     "Slot",
     "SlotResult",
     "TollgateError",

@@ -47,6 +47,18 @@ from ._model import (
     renew_interval,
     target,
 )
+from ._reservation import (
+    RESERVE_DESERIALIZE,
+    RESERVE_METHOD,
+    SETTLE_DESERIALIZE,
+    SETTLE_METHOD,
+    SETTLE_SERIALIZE,
+    AsyncReservation,
+    SettleResult,
+    build_reserve_request,
+    build_settle_request,
+    parse_reserve,
+)
 from ._pb.tollgate.slots.v1 import slots_pb2
 from .client import DEFAULT_MAX_WAIT, DEFAULT_TIMEOUT, DEFAULT_TOKENS_DOMAIN, DEFAULT_TOKENS_KEY
 
@@ -100,6 +112,14 @@ class AsyncClient:
         )
         self._renew_slot = channel.unary_unary(
             RENEW_METHOD, request_serializer=SLOT_SERIALIZE, response_deserializer=SLOT_DESERIALIZE
+        )
+        self._reserve = channel.unary_unary(
+            RESERVE_METHOD, request_serializer=SERIALIZE, response_deserializer=RESERVE_DESERIALIZE
+        )
+        self._settle = channel.unary_unary(
+            SETTLE_METHOD,
+            request_serializer=SETTLE_SERIALIZE,
+            response_deserializer=SETTLE_DESERIALIZE,
         )
 
     async def check(
@@ -260,6 +280,54 @@ class AsyncClient:
             elif not result.held:
                 slot.lost = True
                 return
+
+
+    # ------------------------------------------------------------------ reservations
+    async def reserve(
+        self,
+        domain: str,
+        descriptors: Descriptors,
+        estimate: int,
+        *,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+        timeout: float | None | Literal[_Unset.UNSET] = UNSET,
+    ) -> AsyncReservation:
+        """See `Client.reserve`: `async with await tg.reserve(...) as r:` then
+        `await r.settle(used)`."""
+        req, n = build_reserve_request(domain, descriptors, estimate)
+        t = pick_timeout(self.timeout, timeout)
+        start = time.monotonic()
+        while True:
+            try:
+                resp = await self._reserve(req, timeout=t, metadata=self._metadata)
+            except grpc.RpcError as err:
+                decision = on_rpc_error(err, self.fail_open, n)
+                return AsyncReservation(
+                    domain, descriptors, "", estimate, decision, self._settle_one
+                )
+            rid, decision = parse_reserve(resp)
+            if decision.allowed:
+                return AsyncReservation(
+                    domain, descriptors, rid, estimate, decision, self._settle_one
+                )
+            now = time.monotonic()
+            left = None if max_wait is None else start + max_wait - now
+            await asyncio.sleep(next_sleep(decision, left, now - start))
+
+    async def settle(self, reservation: AsyncReservation, actual: int) -> SettleResult:
+        """See `Client.settle`."""
+        return await reservation.settle(actual)
+
+    async def _settle_one(self, r: AsyncReservation, actual: int) -> SettleResult:
+        if not r.id:
+            return SettleResult(limits=0, failed_open=r.failed_open)
+        req = build_settle_request(r, actual)
+        try:
+            resp = await self._settle(req, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as err:
+            return SettleResult(limits=0, failed_open=True, error=failed_open(err, self.fail_open))
+        return SettleResult(limits=resp.limits)
+
 
     async def close(self) -> None:
         if self._own_channel:

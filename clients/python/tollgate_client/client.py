@@ -46,6 +46,18 @@ from ._model import (
     renew_interval,
     target,
 )
+from ._reservation import (
+    RESERVE_DESERIALIZE,
+    RESERVE_METHOD,
+    SETTLE_DESERIALIZE,
+    SETTLE_METHOD,
+    SETTLE_SERIALIZE,
+    Reservation,
+    SettleResult,
+    build_reserve_request,
+    build_settle_request,
+    parse_reserve,
+)
 from ._pb.tollgate.slots.v1 import slots_pb2
 
 #: Default deadline of one ShouldRateLimit call, in seconds.
@@ -118,6 +130,14 @@ class Client:
         )
         self._renew_slot = channel.unary_unary(
             RENEW_METHOD, request_serializer=SLOT_SERIALIZE, response_deserializer=SLOT_DESERIALIZE
+        )
+        self._reserve = channel.unary_unary(
+            RESERVE_METHOD, request_serializer=SERIALIZE, response_deserializer=RESERVE_DESERIALIZE
+        )
+        self._settle = channel.unary_unary(
+            SETTLE_METHOD,
+            request_serializer=SETTLE_SERIALIZE,
+            response_deserializer=SETTLE_DESERIALIZE,
         )
 
     def check(
@@ -310,6 +330,61 @@ class Client:
         if renewer is not None:
             renewer.stop()
         self.release_slot(slot)
+
+    # ------------------------------------------------------------------ reservations
+    def reserve(
+        self,
+        domain: str,
+        descriptors: Descriptors,
+        estimate: int,
+        *,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+        timeout: float | None | Literal[_Unset.UNSET] = UNSET,
+    ) -> Reservation:
+        """Charge `estimate` up front (`tollgate.reservations.v1.Reservations/Reserve`) on every
+        limit the descriptors reach (each descriptor without its own `hits`), all or nothing,
+        so that calls made at once see each other; `settle(actual)` later turns it into the
+        actual use. Waits while over, as `acquire` does (AcquireTimeout past `max_wait`;
+        CostNeverFits when the estimate can never fit).
+
+        `with tg.reserve("llm-gateway", {"tenant_reserved_tokens": "acme"}, 4096) as r:`
+        then `r.settle(used)` once the use is known. Leaving the block without settling (an
+        exception in it, or no settle) keeps the estimate charged. The Reservation's id is ""
+        when nothing was reserved (no limit applies, or tollgate did not answer and the client
+        fails open: `failed_open`).
+        """
+        req, n = build_reserve_request(domain, descriptors, estimate)
+        t = pick_timeout(self.timeout, timeout)
+        start = time.monotonic()
+        while True:
+            try:
+                resp = self._reserve(req, timeout=t, metadata=self._metadata)
+            except grpc.RpcError as err:
+                decision = on_rpc_error(err, self.fail_open, n)
+                return Reservation(domain, descriptors, "", estimate, decision, self._settle_one)
+            rid, decision = parse_reserve(resp)
+            if decision.allowed:
+                return Reservation(domain, descriptors, rid, estimate, decision, self._settle_one)
+            now = time.monotonic()
+            left = None if max_wait is None else start + max_wait - now
+            time.sleep(next_sleep(decision, left, now - start))
+
+    def settle(self, reservation: Reservation, actual: int) -> SettleResult:
+        """Settle `reservation` with the `actual` use (`Reservations/Settle`): the unused part
+        of its estimate comes back, an excess lands. `limits` 0: nothing changed (settled
+        already, expired, or never reserved). When tollgate does not answer: a failed-open
+        result (fail_open=True) or TollgateUnavailable; the estimate then stays charged."""
+        return reservation.settle(actual)
+
+    def _settle_one(self, r: Reservation, actual: int) -> SettleResult:
+        if not r.id:
+            return SettleResult(limits=0, failed_open=r.failed_open)
+        req = build_settle_request(r, actual)
+        try:
+            resp = self._settle(req, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as err:
+            return SettleResult(limits=0, failed_open=True, error=failed_open(err, self.fail_open))
+        return SettleResult(limits=resp.limits)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:

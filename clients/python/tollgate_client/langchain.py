@@ -21,6 +21,13 @@ generations in flight (`algorithm: concurrency`) is a callback handler instead:
     handler = TollgateSlotHandler(Client("tollgate:8081"), "llm-gateway",
                                   {"model_in_flight": "gpt-4o"})
     model = ChatOpenAI(..., callbacks=[handler])
+
+and a token budget that holds under concurrency reserves each call's `max_tokens` when it starts
+and settles with the tokens it used when it ends:
+
+    handler = TollgateReservationHandler(Client("tollgate:8081"), "llm-gateway",
+                                         {"tenant_reserved_tokens": "acme"})
+    model = ChatOpenAI(..., max_tokens=1024, callbacks=[handler])
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from ._model import Descriptors, Slot, TollgateError
+from ._reservation import Reservation
 from .aio import AsyncClient
 from .client import DEFAULT_MAX_WAIT, Client
 
@@ -182,3 +190,115 @@ class TollgateSlotHandler(BaseCallbackHandler):
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         self._give_back(run_id)
+
+
+class TollgateReservationHandler(BaseCallbackHandler):
+    """A callback handler that keeps a token budget exact under concurrency with tollgate
+    reservations.
+
+    Each generation (one LangChain run) reserves its estimate when it starts
+    (`on_llm_start` / `on_chat_model_start`: `Client.reserve`, waiting up to `max_wait`, then
+    AcquireTimeout, which stops the generation before the model is called): the run's
+    `max_tokens` (from its invocation parameters), else `default_estimate`. When it ends
+    (`on_llm_end`) the reservation is settled with the tokens the result reports it used (the
+    `total_tokens` of `llm_output["token_usage"]`, else of the generations' messages'
+    `usage_metadata`): the unused part of the estimate comes back to the budget at once.
+
+    A generation that errors, or whose result reports no usage, is not settled: its estimate
+    stays charged (tollgate cannot know what it used; it is the conservative answer). A settle
+    that fails is logged, never raised.
+
+    Args:
+        client: the blocking Client (its `fail_open` and `timeout` apply).
+        domain, descriptors: where the tokens are counted.
+        default_estimate: the estimate of a run without `max_tokens`.
+        max_wait: longest wait for the estimate to fit, in seconds (None: no limit; 0: refuse
+            at once).
+    """
+
+    #: An AcquireTimeout must stop the generation, not be logged and ignored.
+    raise_error: bool = True
+
+    def __init__(
+        self,
+        client: Client,
+        domain: str,
+        descriptors: Descriptors,
+        *,
+        default_estimate: int = 4096,
+        max_wait: float | None = DEFAULT_MAX_WAIT,
+    ) -> None:
+        self.client = client
+        self.domain = domain
+        self.descriptors = descriptors
+        self.default_estimate = default_estimate
+        self.max_wait = max_wait
+        self._reservations: dict[UUID, Reservation] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        """Generations holding a reservation made by this handler right now."""
+        with self._lock:
+            return len(self._reservations)
+
+    def _reserve(self, run_id: UUID, kwargs: dict[str, Any]) -> None:
+        params = kwargs.get("invocation_params") or {}
+        estimate = params.get("max_tokens") or params.get("max_output_tokens")
+        r = self.client.reserve(
+            self.domain,
+            self.descriptors,
+            int(estimate) if estimate else self.default_estimate,
+            max_wait=self.max_wait,
+        )
+        with self._lock:
+            self._reservations[run_id] = r
+
+    def _settle(self, run_id: UUID, used: int | None) -> None:
+        with self._lock:
+            r = self._reservations.pop(run_id, None)
+        if r is None or used is None:
+            return
+        try:
+            r.settle(used)
+        except TollgateError as err:
+            log.warning("settling reservation %s failed (%s); its estimate stays charged",
+                        r.id, err)
+
+    def on_llm_start(
+        self, serialized: dict[str, Any], prompts: list[str], *, run_id: UUID, **kwargs: Any
+    ) -> None:
+        self._reserve(run_id, kwargs)
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        **kwargs: Any,
+    ) -> None:
+        self._reserve(run_id, kwargs)
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        self._settle(run_id, tokens_used(response))
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        self._settle(run_id, None)
+
+
+def tokens_used(response: LLMResult) -> int | None:
+    """The tokens a result reports it used: `llm_output["token_usage"]["total_tokens"]`
+    (OpenAI-style), else the sum of its messages' `usage_metadata["total_tokens"]`; None when
+    it reports none."""
+    usage = (response.llm_output or {}).get("token_usage") or {}
+    if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
+        return int(usage["total_tokens"])
+    total, found = 0, False
+    for generations in response.generations:
+        for g in generations:
+            meta = getattr(getattr(g, "message", None), "usage_metadata", None)
+            if isinstance(meta, dict) and isinstance(meta.get("total_tokens"), int):
+                total += int(meta["total_tokens"])
+                found = True
+    return total if found else None
