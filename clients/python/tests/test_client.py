@@ -344,3 +344,23 @@ def test_the_readme_llm_walkthrough_runs(server: Server) -> None:
         ]
         for slot in taken:
             assert tg.release_slot(slot).held
+
+
+def test_the_readme_reservation_lines_run(server: Server) -> None:
+    """The repository README's reservation lines, run as written against
+    examples/llm-gateway.yaml: 1,024 reserved, 300 used, 300 spent."""
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    start = text.index("```python\nwith tg.reserve(") + len("```python\n")
+    snippet = text[start : text.index("```", start)]
+    tenant = unique("acme")
+    snippet = snippet.replace('"acme"', repr(tenant))
+    with Client(server.addr) as tg:
+        scope: dict[str, Any] = {"tg": tg, "used": 300, "call_the_model": lambda: "ok"}
+        exec(snippet, scope)  # noqa: S102 - the README's own lines
+        assert scope["r"].result.settled and scope["reply"] == "ok"
+        (st,) = tg.check(
+            "llm-gateway", Descriptor({"tenant_reserved_tokens": tenant}, hits=0)
+        ).statuses
+        assert st.remaining == 100_000 - 300
