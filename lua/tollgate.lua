@@ -289,14 +289,101 @@ local function settle(key, alg, limit, window, cost, used, stop, head, len, lt, 
     mark, 0)
 end
 
--- Enforced window charges (no overdraft), each on its own key, deciding or (dry) only
--- evaluating: one charge, the group of a hierarchical limit (per tenant, per tenant and
+-- What a settle needs, made by reservations() for the first call that settles (functions made
+-- on every call cost every call: see the top): { read = the record's entries, settle = the
+-- settle of enforced fixed windows }.
+local rsv
+local function reservations()
+  -- As build()'s CAP: usage stops adding at this many times a limit's capacity.
+  local CAP = 101
+  -- A reservation's record: <expires> then per counter it charged, { key, cost, added, mark1,
+  -- mark2 }. One that has expired at the call's now holds nothing.
+  local function record_read(key)
+    local raw = redis.call('GET', key)
+    local entries = {}
+    if raw and struct.unpack('<d', raw) > now then
+      local pos = 9
+      while pos <= #raw do
+        local cost, added, mark1, mark2, len, at = struct.unpack('<ddddd', raw, pos)
+        entries[#entries + 1] = { key = string.sub(raw, at, at + len - 1), cost = cost,
+          added = added, mark1 = mark1, mark2 = mark2 }
+        pos = at + len
+      end
+    end
+    return entries
+  end
+
+  -- A reservation's settle on enforced fixed windows (calendar ones too), each on its own key:
+  -- what general() does for them (algorithm::reservation::settle), without its tables. nil for
+  -- any other settle.
+  local function direct_settle()
+    if nkeys ~= n + 1 then return nil end
+    for i = 1, n do
+      local _, alg, _, _, _, _, _, role = struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
+      if alg ~= FIXED_WINDOW or role ~= ENFORCED then return nil end
+    end
+    local record = KEYS[KO + nkeys]
+    local entries = record_read(record)
+    local out = { '=' .. struct.pack('<d', now) }
+    for i = 1, n do
+      local ki, _, limit, window, b, overdraft, cost = struct.unpack('<ddddddd', P,
+        FIRST + (i - 1) * CHARGE)
+      local key = KEYS[KO + ki]
+      local fresh = fixed_fresh(window, b)
+      local used, stop = fixed_read(key)
+      local e
+      for j = 1, #entries do
+        if entries[j].key == key then e = entries[j]; break end
+      end
+      local landed, mark = 0, 0
+      if e then
+        -- The unused part back, where it landed (a window that has ended since gives nothing).
+        local back = e.added - cost
+        if back > 0 and (stop == 0 or stop == e.mark1) then
+          used = used - math.min(back, used)
+          if used == 0 then
+            stop = 0
+            redis.call('DEL', key)
+          else
+            redis.call('SET', key, struct.pack('<dd', used, stop), 'KEEPTTL')
+          end
+        end
+        -- The excess lands now, past the limit if need be, up to the usage cap.
+        local excess = math.min(cost - e.cost, math.max(limit * CAP - used, 0))
+        if excess > 0 then
+          used, stop = fixed_land(key, fresh, used, stop, excess)
+          landed, mark = excess, stop
+        end
+      end
+      local k = math.max(cost, 1)
+      if overdraft ~= 0 then k = 1 end
+      out[i + 1] = struct.pack('<dddddd', e and 1 or 0, math.max(limit - used, 0),
+        fixed_wait(limit, fresh, used, stop, e ~= nil, k), landed, mark, 0)
+    end
+    redis.call('DEL', record)
+    return table.concat(out)
+  end
+
+  return { read = record_read, settle = direct_settle }
+end
+
+-- Enforced window charges (no overdraft), each on its own key, deciding, reserving or (dry)
+-- only evaluating: one charge, the group of a hierarchical limit (per tenant, per tenant and
 -- model), or on one Redis node a whole request. What general() answers for them, without its
 -- per-key tables and verdict: read every counter, then every charge lands or (one does not
--- fit) none does. nil for any other call. Every key of a call has a charge, so as many keys as
--- charges means one charge per key.
+-- fit) none does. A reservation then records what landed, as general() does. nil for any
+-- other call. Every key of a call has a charge, so as many keys as charges (and the record's
+-- key) means one charge per key.
 local function direct()
-  if nkeys ~= n or not (mode == DECIDE or mode == DRY_RUN) then return nil end
+  if mode == SETTLE then
+    rsv = rsv or reservations()
+    return rsv.settle()
+  end
+  if mode == RESERVE then
+    if nkeys ~= n + 1 then return nil end
+  elseif nkeys ~= n or not (mode == DECIDE or mode == DRY_RUN) then
+    return nil
+  end
   if n == 1 then
     -- The commonest call of all, with no table.
     local ki, alg, limit, window, b, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
@@ -304,12 +391,16 @@ local function direct()
     if alg == FIXED_WINDOW then window = fixed_fresh(window, b) end
     local key = KEYS[KO + ki]
     local used, stop, from, len, lt, lc = window_read(key, alg, window)
-    local lands = mode == DECIDE and used + math.max(cost, 1) <= limit
-    return '=' .. struct.pack('<d', now) ..
-      settle(key, alg, limit, window, cost, used, stop, from, len, lt, lc, lands)
+    local lands = mode ~= DRY_RUN and used + math.max(cost, 1) <= limit
+    local a = settle(key, alg, limit, window, cost, used, stop, from, len, lt, lc, lands)
+    if mode == RESERVE and lands and cost > 0 then
+      redis.call('SET', KEYS[KO + 2], struct.pack('<dddddd', now + record_ms * 1000, cost, cost,
+        struct.unpack('<d', a, 33), 0, #key) .. key, 'PX', record_ms + 1000)
+    end
+    return '=' .. struct.pack('<d', now) .. a
   end
   local charges = {}
-  local all = mode == DECIDE
+  local all = mode ~= DRY_RUN
   for i = 1, n do
     local ki, alg, limit, window, b, overdraft, cost, role =
       struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
@@ -327,16 +418,31 @@ local function direct()
     out[i + 1] = settle(ch.key, ch.alg, ch.limit, ch.window, ch.cost, ch.used, ch.stop, ch.head,
       ch.len, ch.lt, ch.lc, all)
   end
+  if mode == RESERVE and all then
+    -- The record of what landed (none when nothing did), for record_ms.
+    local parts = {}
+    for i = 1, n do
+      local added, mark = struct.unpack('<dd', out[i + 1], 25)
+      if added > 0 then
+        local key = charges[i].key
+        parts[#parts + 1] = struct.pack('<ddddd', charges[i].cost, added, mark, 0, #key) .. key
+      end
+    end
+    if #parts > 0 then
+      redis.call('SET', KEYS[KO + nkeys], struct.pack('<d', now + record_ms * 1000) ..
+        table.concat(parts), 'PX', record_ms + 1000)
+    end
+  end
   return table.concat(out)
 end
 
 ---------------------------------------------------------------- every call
 
 build = function()
-  -- A token bucket's history: entries kept, and each one's size <seq, debt_us, debt_frac>.
-  local HISTORY, HIST = 8, 24
   -- Usage stops adding at this many times a limit's capacity (limit::DEBT_CAP_FACTOR + 1).
   local CAP = 101
+  -- A token bucket's history: entries kept, and each one's size <seq, debt_us, debt_frac>.
+  local HISTORY, HIST = 8, 24
 
   -- Where a fixed-window landing goes: the window's end (a new window's when there is none).
   local function fixed_mark(fresh, stop)
@@ -796,23 +902,6 @@ build = function()
   end
 
   -- Decides (or refunds) the call: batch::evaluate then batch::report, step by step.
-  -- A reservation's record: <expires> then per counter it charged, { key, cost, added, mark1,
-  -- mark2 }. One that has expired at the call's now holds nothing.
-  local function record_read(key)
-    local raw = redis.call('GET', key)
-    local entries = {}
-    if raw and struct.unpack('<d', raw) > now then
-      local pos = 9
-      while pos <= #raw do
-        local cost, added, mark1, mark2, len, at = struct.unpack('<ddddd', raw, pos)
-        entries[#entries + 1] = { key = string.sub(raw, at, at + len - 1), cost = cost,
-          added = added, mark1 = mark1, mark2 = mark2 }
-        pos = at + len
-      end
-    end
-    return entries
-  end
-
   local function general()
     local count_rejected = mode == COUNT_REJECTED
     -- The record key, in the modes that have one: the call's last key, after its counters.
@@ -870,7 +959,8 @@ build = function()
       end
       if mode == UNRESERVE then redis.call('DEL', record) end
     elseif mode == SETTLE then
-      local entries = record_read(record)
+      rsv = rsv or reservations()
+      local entries = rsv.read(record)
       for i = 1, n do
         local ch = charges[i]
         local c = ch.c

@@ -28,7 +28,7 @@ import tempfile
 import time
 
 FIXED, SLIDING, BUCKET, CONCURRENCY = 0, 1, 2, 3
-DECIDE, RELEASE = 0, 4
+DECIDE, RELEASE, RESERVE, SETTLE = 0, 4, 6, 7
 MINUTE, SECOND = 60_000_000, 1_000_000
 
 
@@ -53,28 +53,42 @@ def calendar_timegm(tup):
     return calendar.timegm(tup + (0, 0, 0))
 
 
-def pack(charges, call_numbers, mode=DECIDE, slot=(0, 0)):
-    """One call's packed numbers: now (-1: Redis TIME), keys, mode, no quota, charges (and, in
-    the layout with 7 call numbers, the slot id)."""
-    nums = [-1, len(charges), mode, 0, len(charges)]
-    if call_numbers == 7:
+def pack(charges, call_numbers, mode=DECIDE, slot=(0, 0), record=False, cost=1, overdraft=0):
+    """One call's packed numbers: now (-1: Redis TIME), keys (and the record key: `record`),
+    mode, no quota, charges (and, in the layouts with 7 call numbers or more, the slot id; with
+    8, a record's time to live: two minutes)."""
+    nums = [-1, len(charges) + int(record), mode, 0, len(charges)]
+    if call_numbers >= 7:
         nums += list(slot)
+    if call_numbers >= 8:
+        nums += [120_000]
     for i, (alg, limit, window, burst) in enumerate(charges):
-        nums += [i + 1, alg, limit, window, burst, 0, 1, 0]
+        nums += [i + 1, alg, limit, window, burst, overdraft, cost, 0]
     return struct.pack("<%dd" % len(nums), *nums)
 
 
 A, B = month_ends()
 
-# name -> (charges, needs the new layout, alternate acquire/release)
+# name -> (charges, the layout it needs (call numbers), and for calls that alternate on one
+# slot id: (mode, cost, overdraft) of the even calls and of the odd ones (acquire/release,
+# reserve/settle with a record key, a usage domain's check and charge))
+RESERVED = ((RESERVE, 100, 0), (SETTLE, 60, 0))
+USAGE = ((DECIDE, 0, 1), (DECIDE, 60, 1))
 SCENARIOS = {
-    "fixed window, 1 charge": ([(FIXED, 4_000_000_000, SECOND, 4_000_000_000)], False, False),
-    "calendar window (a UTC month), 1 charge": ([(FIXED, 4_000_000_000, -A, B)], True, False),
-    "sliding window, 1 charge": ([(SLIDING, 4_000_000_000, MINUTE, 4_000_000_000)], False, False),
-    "token bucket, 1 charge": ([(BUCKET, 1_000_000, SECOND, 4_000_000)], False, False),
-    "concurrency: acquire, then release (per call)": ([(CONCURRENCY, 64, 300 * SECOND, 64)], True, True),
+    "fixed window, 1 charge": ([(FIXED, 4_000_000_000, SECOND, 4_000_000_000)], 5, None),
+    "calendar window (a UTC month), 1 charge": ([(FIXED, 4_000_000_000, -A, B)], 7, None),
+    "sliding window, 1 charge": ([(SLIDING, 4_000_000_000, MINUTE, 4_000_000_000)], 5, None),
+    "token bucket, 1 charge": ([(BUCKET, 1_000_000, SECOND, 4_000_000)], 5, None),
+    "concurrency: acquire, then release (per call)": ([(CONCURRENCY, 64, 300 * SECOND, 64)], 7, ((DECIDE, 1, 0), (RELEASE, 1, 0))),
+    "fixed window (a minute), 1 charge": ([(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)], 5, None),
+    "fixed window (a minute): reserve alone (per call)": ([(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)], 8, ((RESERVE, 100, 0), (RESERVE, 100, 0))),
+    "fixed window (a minute): reserve, then settle (per call)": ([(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)], 8, RESERVED),
+    "fixed window (a minute), usage domain: check (cost 0), then charge (per call)": ([(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)], 5, USAGE),
+    "sliding window (a minute): reserve, then settle (per call)": ([(SLIDING, 4_000_000_000, MINUTE, 4_000_000_000)], 8, RESERVED),
+    "token bucket: reserve, then settle (per call)": ([(BUCKET, 1_000_000, SECOND, 4_000_000)], 8, RESERVED),
+    "token bucket, usage domain: check (cost 0), then charge (per call)": ([(BUCKET, 1_000_000, SECOND, 4_000_000)], 5, USAGE),
     "(c) 5 fixed-window charges": ([(FIXED, 4_000_000_000, MINUTE, 4_000_000_000)] * 3
-    + [(FIXED, 4_000_000_000, SECOND, 4_000_000_000)] * 2, False, False),
+    + [(FIXED, 4_000_000_000, SECOND, 4_000_000_000)] * 2, 5, None),
 }
 
 
@@ -151,11 +165,15 @@ def run(conn, sha, scenario, calls, layout, depth=100, tenants=10_000):
             t = i % tenants
             keys = ["{t%d}:%d" % (t, j) for j in range(n)]
             if alternate:
-                # Even calls acquire a slot under id (1, i), odd ones release it.
+                # Even calls acquire a slot (or reserve) under id (1, i), odd ones release it
+                # (or settle it).
                 slot = (1, i - i % 2)
-                mode = DECIDE if i % 2 == 0 else RELEASE
-                packed = pack(charges, layout, mode, slot)
-            batch.append(("EVALSHA", sha, str(n), *keys, packed))
+                mode, cost, overdraft = alternate[i % 2]
+                record = mode in (RESERVE, SETTLE)
+                packed = pack(charges, layout, mode, slot, record, cost, overdraft)
+                if record:
+                    keys.append("{t%d}|rsv:1.%d" % (t, i - i % 2))
+            batch.append(("EVALSHA", sha, str(len(keys)), *keys, packed))
         for r in conn.pipeline(batch):
             if not (isinstance(r, bytes) and r.startswith(b"=")):
                 raise RuntimeError("unexpected reply %r" % (r,))
@@ -194,7 +212,7 @@ def main():
             results = [[] for _ in a.scripts]
             for _ in range(a.rounds):
                 for i, sha in enumerate(shas):
-                    if scenario[1] and layouts[i] != 7:
+                    if layouts[i] < scenario[1]:
                         continue
                     results[i].append(run(conn, sha, scenario, a.calls, layouts[i]))
             cells = ["%.2f (%.2f–%.2f)" % (sorted(r)[len(r) // 2], min(r), max(r)) if r else "n/a"

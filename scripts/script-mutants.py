@@ -4,7 +4,7 @@ lua/tollgate.lua with one off-by-one (in every algorithm, path and mode, reserva
 settles included), and the test
 (tests/behaviour/script.rs) must fail on every one of them.
 
-  python3 scripts/script-mutants.py [--cases 2000]
+  python3 scripts/script-mutants.py [--cases 10000]
 
 Prints one line per mutant: caught (and in which case) or MISSED; exits 1 if any is missed.
 """
@@ -18,8 +18,8 @@ import tempfile
 
 # (name, text in the script, its replacement): each text must occur exactly once.
 MUTANTS = [
-    ("fixed window: fit, one charge", "    local lands = mode == DECIDE and used + math.max(cost, 1) <= limit",
-     "    local lands = mode == DECIDE and used + math.max(cost, 1) < limit"),
+    ("fixed window: fit, one charge", "    local lands = mode ~= DRY_RUN and used + math.max(cost, 1) <= limit",
+     "    local lands = mode ~= DRY_RUN and used + math.max(cost, 1) < limit"),
     ("fixed window: new window's end", "  if window > 0 then return now - (now % window) + window end",
      "  if window > 0 then return now - (now % window) + window + 1 end"),
     ("fixed window: reset of an untouched window", "    return fresh - now\n  end\n  if k > limit then return -1 end",
@@ -40,7 +40,7 @@ MUTANTS = [
      "    if ch.used + math.max(cost, 1) >= limit then all = false end"),
     ("general: window fit", "    return c.used + c.added + k <= p.limit",
      "    return c.used + c.added + k < p.limit"),
-    ("general: usage cap", "  local CAP = 101", "  local CAP = 100"),
+    ("usage cap", "  -- Usage stops adding at this many times a limit's capacity (limit::DEBT_CAP_FACTOR + 1).\n  local CAP = 101", "  -- Usage stops adding at this many times a limit's capacity (limit::DEBT_CAP_FACTOR + 1).\n  local CAP = 100"),
     ("general: count-rejected check cost", "    if ch.cost == 0 and mode == COUNT_REJECTED then return 0 end",
      "    if ch.cost == 0 and mode == COUNT_REJECTED then return 1 end"),
     ("general: dry run writes", "        c.commit = stays and mode ~= DRY_RUN and c.added > 0",
@@ -71,6 +71,24 @@ MUTANTS = [
      "          local excess = ch.cost - e.cost - 1"),
     ("settle: a second settle", "      redis.call('DEL', record)\n    else",
      "    else"),
+    ("direct reserve: the record, one charge",
+     "      redis.call('SET', KEYS[KO + 2], struct.pack('<dddddd', now + record_ms * 1000, cost, cost,",
+     "      redis.call('SET', KEYS[KO + 2], struct.pack('<dddddd', now + record_ms * 1000, cost, cost - 1,"),
+    ("direct reserve: the record, a charge per key",
+     "        parts[#parts + 1] = struct.pack('<ddddd', charges[i].cost, added, mark, 0, #key) .. key",
+     "        parts[#parts + 1] = struct.pack('<ddddd', charges[i].cost + 1, added, mark, 0, #key) .. key"),
+    ("direct settle: what comes back", "      local back = e.added - cost\n",
+     "      local back = e.added - cost + 1\n"),
+    ("direct settle: a window that has ended", "      if back > 0 and (stop == 0 or stop == e.mark1) then",
+     "      if back > 0 then"),
+    ("direct settle: the excess",
+     "      local excess = math.min(cost - e.cost, math.max(limit * CAP - used, 0))",
+     "      local excess = math.min(cost - e.cost - 1, math.max(limit * CAP - used, 0))"),
+    ("direct settle: usage cap",
+     "  -- As build()'s CAP: usage stops adding at this many times a limit's capacity.\n  local CAP = 101",
+     "  -- As build()'s CAP: usage stops adding at this many times a limit's capacity.\n  local CAP = 100"),
+    ("direct settle: a second settle", "    redis.call('DEL', record)\n    return table.concat(out)",
+     "    return table.concat(out)"),
     ("unreserve: the record stays", "      if mode == UNRESERVE then redis.call('DEL', record) end",
      "      if mode == UNRESERVE then end"),
 ]
@@ -78,7 +96,7 @@ MUTANTS = [
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default="2000")
+    ap.add_argument("--cases", default="10000")
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lua = open(os.path.join(root, "lua", "tollgate.lua")).read()

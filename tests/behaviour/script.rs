@@ -558,7 +558,7 @@ impl Runner {
                 }
                 (charges, 0, Mode::Settle, Vec::new())
             } else {
-                let (charges, quota) = charges_of(&mut rng, &keys);
+                let (mut charges, mut quota) = charges_of(&mut rng, &keys);
                 let mode = match rng.below(24) {
                     0..=7 => Mode::Decide,
                     8..=11 => Mode::Reserve,
@@ -567,6 +567,14 @@ impl Runner {
                     20 | 21 => Mode::Release,
                     _ => Mode::Renew,
                 };
+                if mode == Mode::Reserve && rng.chance(60) {
+                    // Mostly a reservation as Envoy's token budgets make them: every charge
+                    // enforced (the script's own path when they are windows, one per key).
+                    for c in &mut charges {
+                        c.role = Role::Enforced;
+                    }
+                    quota = 0;
+                }
                 (charges, quota, mode, Vec::new())
             };
             let (g, specs) = group(&prefix, &keys, &charges);
