@@ -221,6 +221,28 @@ async fn basics(kind: StoreKind) {
         .expect("fits");
     settle(&l, "llm", &[("bucket", "t")], &id, 100).await;
     assert_eq!(left(&l, "llm", &[("bucket", "t")]).await, 900);
+    // A bucket never gives back more than charging the actual at reserve time would have
+    // left: reserved 400, refilled whole in 30 s, then 100 charged (it found no debt), the
+    // settle to 100 gives nothing back: 900 left, as if 100 had been charged up front.
+    // (Taking the unused 300 off the bucket as it stands would leave it full: 1,000.)
+    let id = reserve(&l, "llm", &[("bucket", "t2")], 400)
+        .await
+        .expect("fits");
+    clock.advance(30 * S);
+    let r = ask(&l, "llm", vec![costing(descriptor(&[("bucket", "t2")]), 100)]).await;
+    assert_eq!(r.overall_code, OK);
+    settle(&l, "llm", &[("bucket", "t2")], &id, 100).await;
+    assert_eq!(left(&l, "llm", &[("bucket", "t2")]).await, 900);
+    // Reserved 400, 3 s later (50 refilled) 50 charged: the settle to 100 gives back all 300
+    // unused, 900 left, again what charging 100 up front leaves.
+    let id = reserve(&l, "llm", &[("bucket", "t3")], 400)
+        .await
+        .expect("fits");
+    clock.advance(3 * S);
+    let r = ask(&l, "llm", vec![costing(descriptor(&[("bucket", "t3")]), 50)]).await;
+    assert_eq!(r.overall_code, OK);
+    settle(&l, "llm", &[("bucket", "t3")], &id, 100).await;
+    assert_eq!(left(&l, "llm", &[("bucket", "t3")]).await, 900);
 
     // A settle after the minute ended: nothing of the old minute comes back, the excess
     // lands in the new one, and the month (still the same) gets its part back.
