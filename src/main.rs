@@ -166,6 +166,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_in_flight: args.max_in_flight as usize,
         disabled: args.disabled,
         max_store_bytes: args.max_store_bytes,
+        reservation_pair_keys: args
+            .reservation_pair_keys
+            .iter()
+            .filter(|k| !k.is_empty())
+            .cloned()
+            .collect(),
     };
     if args.disabled {
         tracing::warn!("--disabled: every request is answered OK without a decision");

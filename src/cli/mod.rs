@@ -148,6 +148,13 @@ pub struct ServeArgs {
     /// once nothing is left. A request-time charge there lands even past the limit too.
     #[arg(long, env = "TOLLGATE_USAGE_DOMAINS", value_parser = UsageDomains::parse)]
     pub usage_domains: Option<UsageDomains>,
+    /// Descriptor keys, `KEY,KEY,…`, whose value pairs a request's two calls (Envoy Gateway's
+    /// request cost and response cost, over xDS) into a reservation and its settle: the first
+    /// call with a value reserves its cost, the second settles with its cost as the actual use.
+    /// The value (e.g. the edge's `x-request-id`, under a distinct match's key) is left out of
+    /// matching and counter keys. See docs/configuration.md, "Reservations".
+    #[arg(long, env = "TOLLGATE_RESERVATION_PAIR_KEYS", value_delimiter = ',')]
+    pub reservation_pair_keys: Vec<String>,
     /// How often to check the config for changes, e.g. `5s`; `off` disables reloading.
     #[arg(long, env = "TOLLGATE_CONFIG_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_switchable)]
     pub config_reload_interval: Switchable,

@@ -14,6 +14,7 @@ pub mod decision;
 pub mod error;
 pub mod marked;
 pub mod observe;
+pub mod paired;
 pub mod respond;
 pub mod settings;
 pub mod slots;
@@ -38,6 +39,7 @@ use crate::service::answer::{
 use crate::service::error::{CallError, InvalidRequest, StoreDown};
 use crate::service::marked::{any_marked, split};
 use crate::service::observe::{Observer, Report};
+use crate::service::paired::paired;
 use crate::service::settings::{FailureMode, Settings};
 use crate::service::slots::new_id;
 use crate::service::validate::{validate, Bounds};
@@ -183,7 +185,15 @@ impl<S: Store> RateLimiter<S> {
         let disabled = self.settings.disabled || policy.is_some_and(|p| p.disabled);
         let charging = Mode::charging(self.settings.count_rejected);
         if !any_marked(req) {
-            return self.decide(req, config, policy, disabled, charging).await;
+            let pair_keys = &self.settings.reservation_pair_keys;
+            if !pair_keys.is_empty() && !disabled {
+                if let Some((id, normal)) = paired(req, pair_keys) {
+                    return self.pair(&normal, id, config, policy).await;
+                }
+            }
+            return self
+                .decide(req, config, policy, disabled, charging, None)
+                .await;
         }
         let marked = match split(req, policy.and_then(|p| p.default_estimate)) {
             Ok(m) => m,
@@ -228,7 +238,8 @@ impl<S: Store> RateLimiter<S> {
             } else {
                 charging
             };
-            self.decide(&rest, config, policy, disabled, mode).await
+            self.decide(&rest, config, policy, disabled, mode, None)
+                .await
         };
         ended.release = released;
         ended.settle = settled;
@@ -237,6 +248,34 @@ impl<S: Store> RateLimiter<S> {
             answer.rest = Some((rest, marked.answered));
         }
         ended
+    }
+
+    /// One call of a pair (`--reservation-pair-keys`, see `paired`): a settle of `id` when a
+    /// reservation is recorded under it, else a reservation under it. `req` is the request
+    /// with its pair values emptied.
+    async fn pair<'c>(
+        &self,
+        req: &RateLimitRequest,
+        id: SlotId,
+        config: &'c Config,
+        policy: Option<DomainPolicy>,
+    ) -> Ended<'c> {
+        // The second call: the record is there (a settle that finds none changes nothing).
+        // A store that cannot settle cannot reserve either: the reservation below meets the
+        // failure policy.
+        if let Ok(Some(done)) = self.run_settle(req, id).await {
+            if done.limits > 0 {
+                let plan = Plan::no_limits(req.descriptors.len());
+                let mut ended = Ended::answered(plan, Vec::new(), AnsweredBy::Nobody);
+                ended.settle = Some(Settled {
+                    id,
+                    done: Ok(Some(done)),
+                });
+                return ended;
+            }
+        }
+        self.decide(req, config, policy, false, Mode::Reserve, Some(id))
+            .await
     }
 
     /// Settles the reservation `id` on the counters `req`'s descriptors reach, each
@@ -309,7 +348,8 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// A valid request without marks: planned and decided by the store in `mode` (`Decide`,
-    /// `CountRejected` or `Reserve`), or by the failure policy when the store cannot.
+    /// `CountRejected` or `Reserve`), or by the failure policy when the store cannot. A
+    /// reservation is recorded under `id`, or a fresh one.
     async fn decide<'c>(
         &self,
         req: &RateLimitRequest,
@@ -317,6 +357,7 @@ impl<S: Store> RateLimiter<S> {
         policy: Option<DomainPolicy>,
         disabled: bool,
         mode: Mode,
+        id: Option<SlotId>,
     ) -> Ended<'c> {
         if disabled {
             // The kill switch: OK for every descriptor, nothing read or written.
@@ -352,7 +393,7 @@ impl<S: Store> RateLimiter<S> {
                 .iter()
                 .any(|c| c.limit.params.algorithm == Algorithm::Concurrency)
         {
-            plan.slot = new_id();
+            plan.slot = id.unwrap_or_else(new_id);
         }
         if plan.charges.is_empty() {
             return Ended::answered(plan, Vec::new(), AnsweredBy::Nobody);

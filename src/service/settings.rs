@@ -27,6 +27,9 @@ pub struct Settings {
     /// Most bytes a memory store's counters hold (`--max-store-bytes`): the store itself, or
     /// `--failure-mode local`'s stand-in for Redis.
     pub max_store_bytes: usize,
+    /// Descriptor keys whose value pairs a request's two calls into a reservation and its
+    /// settle (`--reservation-pair-keys`, see `service::paired`); empty: none.
+    pub reservation_pair_keys: Vec<String>,
 }
 
 impl Default for Settings {
@@ -43,6 +46,7 @@ impl Default for Settings {
             max_in_flight: 4096,
             disabled: false,
             max_store_bytes: crate::store::memory::DEFAULT_MAX_BYTES,
+            reservation_pair_keys: Vec::new(),
         }
     }
 }

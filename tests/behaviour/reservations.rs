@@ -229,7 +229,12 @@ async fn basics(kind: StoreKind) {
         .await
         .expect("fits");
     clock.advance(30 * S);
-    let r = ask(&l, "llm", vec![costing(descriptor(&[("bucket", "t2")]), 100)]).await;
+    let r = ask(
+        &l,
+        "llm",
+        vec![costing(descriptor(&[("bucket", "t2")]), 100)],
+    )
+    .await;
     assert_eq!(r.overall_code, OK);
     settle(&l, "llm", &[("bucket", "t2")], &id, 100).await;
     assert_eq!(left(&l, "llm", &[("bucket", "t2")]).await, 900);
@@ -239,7 +244,12 @@ async fn basics(kind: StoreKind) {
         .await
         .expect("fits");
     clock.advance(3 * S);
-    let r = ask(&l, "llm", vec![costing(descriptor(&[("bucket", "t3")]), 50)]).await;
+    let r = ask(
+        &l,
+        "llm",
+        vec![costing(descriptor(&[("bucket", "t3")]), 50)],
+    )
+    .await;
     assert_eq!(r.overall_code, OK);
     settle(&l, "llm", &[("bucket", "t3")], &id, 100).await;
     assert_eq!(left(&l, "llm", &[("bucket", "t3")]).await, 900);
@@ -456,4 +466,94 @@ fn direct_callers_reserve_and_settle_over_grpc() {
         let e = client.settle(bad).await.expect_err("a bad id");
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
     });
+}
+
+/// Envoy Gateway's shape: the route's generic key, a distinct tenant, and a distinct
+/// per-request value (`x-request-id`) the pairing names; 1,000 an hour per tenant.
+const PAIRED: &str = "\
+domain: eg
+descriptors:
+  - key: route
+    value: route
+    descriptors:
+      - key: rule-0-match-0
+        descriptors:
+          - key: rule-0-match-1
+            rate_limit: {unit: hour, requests_per_unit: 1000}
+";
+
+/// One call of Envoy Gateway's rule for `tenant` and request `id`, costing `cost`: the code.
+async fn eg_call(l: &RateLimiter<AnyStore>, tenant: &str, id: &str, cost: u64) -> i32 {
+    let d = descriptor(&[
+        ("route", "route"),
+        ("rule-0-match-0", tenant),
+        ("rule-0-match-1", id),
+    ]);
+    let r = ask(l, "eg", vec![costing(d, cost)]).await;
+    assert_eq!(r.statuses[0].code, r.overall_code, "{r:?}");
+    r.overall_code
+}
+
+/// What is left of `tenant`'s hour: a call of cost 0 under a request id never used (a
+/// reservation of nothing charges nothing).
+async fn eg_left(l: &RateLimiter<AnyStore>, tenant: &str) -> u32 {
+    let d = descriptor(&[
+        ("route", "route"),
+        ("rule-0-match-0", tenant),
+        ("rule-0-match-1", &unique_prefix()),
+    ]);
+    ask(l, "eg", vec![costing(d, 0)]).await.statuses[0].limit_remaining
+}
+
+/// `--reservation-pair-keys rule-0-match-1`: the first call of a request id reserves its cost
+/// on the tenant's counter (every request id shares it), the second settles it with its cost.
+async fn pairs(kind: StoreKind) {
+    let clock = ManualClock::new(T0_US - T0_US % (3600 * S) + S);
+    let settings = Settings {
+        reservation_pair_keys: vec!["rule-0-match-1".into()],
+        ..Settings::default()
+    };
+    let l = limiter_with(&[PAIRED], &load(), settings, store(kind, &clock).await);
+    let t = unique_prefix();
+    // The request arrives: 400 reserved on the tenant's hour, shared by every request id.
+    assert_eq!(eg_call(&l, &t, "r1", 400).await, OK);
+    assert_eq!(eg_left(&l, &t).await, 600);
+    // Its stream is done, 100 used: the reservation becomes 100.
+    assert_eq!(eg_call(&l, &t, "r1", 100).await, OK);
+    assert_eq!(eg_left(&l, &t).await, 900);
+    // Two more of 400 fit, a third does not and charges nothing.
+    assert_eq!(eg_call(&l, &t, "r2", 400).await, OK);
+    assert_eq!(eg_call(&l, &t, "r3", 400).await, OK);
+    assert_eq!(eg_call(&l, &t, "r4", 400).await, OVER_LIMIT);
+    assert_eq!(eg_left(&l, &t).await, 100);
+    // r2 used more than it reserved: the excess lands (overdraft), never lost.
+    clock.advance(10 * S);
+    assert_eq!(eg_call(&l, &t, "r2", 450).await, OK);
+    assert_eq!(eg_left(&l, &t).await, 50);
+    // r3 used 0: all of it comes back.
+    assert_eq!(eg_call(&l, &t, "r3", 0).await, OK);
+    assert_eq!(eg_left(&l, &t).await, 450);
+    // Another tenant's requests count on their own counter.
+    let u = unique_prefix();
+    assert_eq!(eg_call(&l, &u, "r5", 1000).await, OK);
+    assert_eq!(eg_call(&l, &u, "r6", 1).await, OVER_LIMIT);
+    assert_eq!(eg_left(&l, &t).await, 450);
+    // A request id settled already: its next call is a new reservation, not a second settle.
+    assert_eq!(eg_call(&l, &t, "r1", 450).await, OK);
+    assert_eq!(eg_left(&l, &t).await, 0);
+    // Without the pairing, the same config counts each request id on its own counter.
+    let plain = limiter_with(
+        &[PAIRED],
+        &load(),
+        Settings::default(),
+        store(kind, &clock).await,
+    );
+    let v = unique_prefix();
+    assert_eq!(eg_call(&plain, &v, "r1", 1000).await, OK);
+    assert_eq!(eg_call(&plain, &v, "r2", 1000).await, OK);
+}
+
+#[test]
+fn calls_paired_by_a_request_id_reserve_then_settle() {
+    for_every_store(pairs);
 }

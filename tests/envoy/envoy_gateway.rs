@@ -238,8 +238,13 @@ fn bootstrap(listen: u16, admin_port: u16, rls_port: u16) -> Value {
 }
 
 /// `tollgate serve` reading its config from `plane` as node `envoy-ratelimit` (Envoy
-/// Gateway's), on the memory store; ready once the first config has compiled.
-async fn tollgate(plane: &ControlPlane, log: PathBuf) -> Binary {
+/// Gateway's), on the memory store, with `env` besides; ready once the first config has
+/// compiled.
+pub(super) async fn tollgate(
+    plane: &ControlPlane,
+    log: PathBuf,
+    env: Vec<(String, String)>,
+) -> Binary {
     let [grpc, http] = ports::<2>();
     let args = [
         "serve".to_string(),
@@ -259,7 +264,7 @@ async fn tollgate(plane: &ControlPlane, log: PathBuf) -> Binary {
     let mut binary = Binary::start(Start {
         program: Path::new(BIN),
         args: args.to_vec(),
-        env: Vec::new(),
+        env,
         clear_env: true,
         grpc_port: grpc,
         http_port: http,
@@ -330,7 +335,7 @@ async fn envoy_gateway_shaped_limits_over_xds_are_enforced_through_envoy() {
     plane.set("1", vec![eg_config(3)]);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let log = dir.join(format!("tollgate-envoy-gateway-{}.log", std::process::id()));
-    let tollgate = tollgate(&plane, log).await;
+    let tollgate = tollgate(&plane, log, Vec::new()).await;
     plane.wait_ack("1", 0).await;
     let [listen, admin_port] = ports::<2>();
     let envoy = Envoy::start(

@@ -14,6 +14,7 @@ mod enforce;
 mod envoy_gateway;
 mod failure;
 mod fixture;
+mod gateway_reservations;
 mod llm;
 mod reservations;
 mod shipped;
