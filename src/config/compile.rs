@@ -3,16 +3,17 @@
 //! Errors ([`super::error`]) name the file and, for rules, the composite key
 //! (`domain.key_value.key2`) that locates the rule.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::raw::{
-    calendar_unit, check_concurrency, compile_calendar, slot_hold_us, window_us, RawFile, RawLimit,
-    RawRule, DEFAULT_SLOT_HOLD_US,
+    calendar_unit, check_concurrency, compile_calendar, slot_hold_us, window_us, Amount, RawFile,
+    RawLimit, RawPrices, RawRule, DEFAULT_SLOT_HOLD_US,
 };
 use super::{Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::config::error::{ConfigError, ConfigProblem, LeaseError, LimitError, RuleError};
 use crate::config::usage::UsageDomains;
+use crate::limit::money::Prices;
 use crate::limit::unit::Unit;
 use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams};
 
@@ -73,9 +74,19 @@ pub(super) fn compile_raw(
         return Err(err(ConfigProblem::ZeroDefaultEstimate(domain)));
     }
     let usage = usage_domains.matches(&domain);
+    let prices = match raw.prices {
+        None => None,
+        Some(p) => Some(compile_prices(p).map_err(|problem| {
+            err(ConfigProblem::Prices {
+                domain: domain.clone(),
+                problem,
+            })
+        })?),
+    };
     let mut root = Level::default();
     for rule in raw.descriptors.unwrap_or_default() {
-        compile_rule(&domain, rule, &mut root, usage).map_err(|e| err(e.into()))?;
+        compile_rule(&domain, rule, &mut root, usage, prices.is_some())
+            .map_err(|e| err(e.into()))?;
     }
     Ok(Domain {
         name: domain,
@@ -87,7 +98,45 @@ pub(super) fn compile_raw(
             usage,
             default_estimate,
         },
+        prices,
     })
+}
+
+/// `prices:` as the plan reads it; the problem in words when it is not a table.
+fn compile_prices(raw: RawPrices) -> Result<Prices, String> {
+    let kinds = |t: BTreeMap<String, Amount>| -> HashMap<String, u64> {
+        t.into_iter().map(|(k, a)| (k, a.0)).collect()
+    };
+    if raw.per_million_tokens.is_empty() && raw.default.is_none() {
+        return Err("per_million_tokens names no model and there is no default".into());
+    }
+    let models: HashMap<String, HashMap<String, u64>> = raw
+        .per_million_tokens
+        .into_iter()
+        .map(|(m, t)| (m, kinds(t)))
+        .collect();
+    let default = raw.default.map(kinds);
+    if let Some((model, _)) = models.iter().find(|(_, t)| t.is_empty()) {
+        return Err(format!("model '{model}' has no price"));
+    }
+    if default.as_ref().is_some_and(HashMap::is_empty) {
+        return Err("default has no price".into());
+    }
+    let name = |k: Option<String>, d: &str| k.filter(|k| !k.is_empty()).unwrap_or(d.into());
+    let prices = Prices {
+        currency: name(raw.currency, "USD"),
+        model_key: name(raw.model_key, "model"),
+        kind_key: name(raw.kind_key, "kind"),
+        models,
+        default,
+    };
+    if prices.model_key == prices.kind_key {
+        return Err(format!(
+            "model_key and kind_key are both '{}'",
+            prices.model_key
+        ));
+    }
+    Ok(prices)
 }
 
 /// Compiles one rule and its children into `level`; `usage`: the domain is a usage domain.
@@ -96,6 +145,7 @@ fn compile_rule(
     raw: RawRule,
     level: &mut Level,
     usage: bool,
+    priced: bool,
 ) -> Result<(), RuleError> {
     let key = match raw.key {
         Some(k) if !k.is_empty() => k,
@@ -140,7 +190,7 @@ fn compile_rule(
             unlimited_replaces = replaces;
             continue;
         }
-        let mut limit = compile_limit(rl, replaces, usage).map_err(at)?;
+        let mut limit = compile_limit(rl, replaces, usage, priced).map_err(at)?;
         if limit.metric_label.is_empty() {
             limit.metric_label = full_key.clone();
         }
@@ -163,7 +213,7 @@ fn compile_rule(
 
     let mut children = Level::default();
     for child in raw.descriptors.unwrap_or_default() {
-        compile_rule(&full_key, child, &mut children, usage)?;
+        compile_rule(&full_key, child, &mut children, usage, priced)?;
     }
     let rule = Rule {
         key,
@@ -200,8 +250,19 @@ fn compile_replaces(rl: &RawLimit) -> Result<Vec<String>, LimitError> {
     Ok(out)
 }
 
-fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Limit, LimitError> {
-    let requests_per_unit = rl.requests_per_unit.unwrap_or(0);
+fn compile_limit(
+    rl: RawLimit,
+    replaces: Vec<String>,
+    usage: bool,
+    priced: bool,
+) -> Result<Limit, LimitError> {
+    let spend = rl.spend.map(|a| a.0);
+    if spend.is_some() && !priced {
+        return Err(LimitError::SpendWithoutPrices);
+    }
+    // A spend limit counts micro-units; Envoy's answer reports at most u32::MAX of them.
+    let amount = spend.unwrap_or(u64::from(rl.requests_per_unit.unwrap_or(0)));
+    let requests_per_unit = u32::try_from(amount).unwrap_or(u32::MAX);
     let algorithm = match rl.algorithm.as_deref() {
         None => Algorithm::FixedWindow,
         Some(a) => Algorithm::parse(a).ok_or_else(|| LimitError::Algorithm(a.to_string()))?,
@@ -228,20 +289,20 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
         (Some(w), _) => window_us(w)?,
     };
     let burst = match (rl.burst, algorithm) {
-        (None, _) => requests_per_unit as u64,
+        (None, _) => amount,
         (Some(b), Algorithm::TokenBucket) if b > 0 => b,
         (Some(_), Algorithm::TokenBucket) => return Err(LimitError::ZeroBurst),
         (Some(_), _) => return Err(LimitError::BurstWithoutTokenBucket),
     };
-    if algorithm == Algorithm::TokenBucket && requests_per_unit == 0 {
+    if algorithm == Algorithm::TokenBucket && amount == 0 {
         return Err(LimitError::TokenBucketWithoutLimit);
     }
     if algorithm == Algorithm::TokenBucket {
-        check_token_bucket_size(burst, requests_per_unit as u64, window_us)?;
+        check_token_bucket_size(burst, amount, window_us)?;
     }
     let params = LimitParams {
         algorithm,
-        limit: requests_per_unit as u64,
+        limit: amount,
         window_us,
         burst,
         overdraft: (rl.overdraft || usage) && algorithm != Algorithm::Concurrency,
@@ -261,6 +322,7 @@ fn compile_limit(rl: RawLimit, replaces: Vec<String>, usage: bool) -> Result<Lim
     limit.lease = rl.lease.unwrap_or(0);
     limit.replaces = replaces;
     limit.key_suffix = default_key_suffix(&params);
+    limit.spend = spend.is_some();
     Ok(limit)
 }
 

@@ -69,6 +69,8 @@ pub enum ConfigProblem {
          reservations that carry no estimate)"
     )]
     ZeroDefaultEstimate(String),
+    #[error("domain '{domain}': prices: {problem}")]
+    Prices { domain: String, problem: String },
     #[error("duplicate domain '{0}' in config file")]
     DuplicateDomain(String),
     /// Merged files (`--merge-domains`) that disagree on the domain's own settings.
@@ -190,6 +192,19 @@ pub enum LimitError {
     Concurrency(&'static str),
     #[error("a concurrency limit holds from 1 to 10000 slots (requests_per_unit), found {0}")]
     ConcurrencyCap(u32),
+    #[error("spend replaces requests_per_unit: a limit is counted in money or in units, not both")]
+    SpendWithRequests,
+    #[error("spend cannot be combined with {0}")]
+    SpendWith(&'static str),
+    #[error(
+        "spend {} is too large to count exactly: 101 × the budget in micro-units must stay \
+         under 2^53 (at most {} per limit)",
+        crate::limit::money::format_micros(*.0),
+        crate::limit::money::format_micros(crate::limit::money::MAX_SPEND)
+    )]
+    SpendTooLarge(u64),
+    #[error("a spend limit needs the domain's prices: (a price table per model and token kind)")]
+    SpendWithoutPrices,
     #[error(transparent)]
     Lease(#[from] LeaseError),
     /// A lease a usage domain (`--usage-domains`) makes impossible: its limits are overdraft

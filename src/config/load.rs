@@ -129,11 +129,13 @@ pub(super) fn add_domain(
             None,
             ConfigProblem::DuplicateDomain(domain.name),
         )),
-        Some(existing) if existing.policy != domain.policy => Err(ConfigError::new(
-            file,
-            None,
-            ConfigProblem::PolicyMismatch(domain.name),
-        )),
+        Some(existing) if existing.policy != domain.policy || existing.prices != domain.prices => {
+            Err(ConfigError::new(
+                file,
+                None,
+                ConfigProblem::PolicyMismatch(domain.name),
+            ))
+        }
         Some(existing) => merge_level(&mut existing.root, domain.root)
             .map_err(|k| ConfigError::new(file, None, RuleError::from(k))),
     }

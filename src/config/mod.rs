@@ -33,6 +33,8 @@ pub struct Domain {
     pub name: String,
     pub root: Level,
     pub policy: DomainPolicy,
+    /// `prices:`: what `spend:` limits charge a token at (`limit::money`).
+    pub prices: Option<crate::limit::money::Prices>,
 }
 
 /// A domain's own settings (tollgate's top-level keys beside `domain`).

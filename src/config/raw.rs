@@ -34,6 +34,65 @@ pub struct RawFile {
     /// tollgate: how reservations of this domain are charged.
     #[serde(default)]
     pub reservations: Option<RawReservations>,
+    /// tollgate: the price table that `spend:` limits charge by (`limit::money`).
+    #[serde(default)]
+    pub prices: Option<RawPrices>,
+}
+
+/// `prices:` (see `limit::money`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrices {
+    /// The currency's name, shown with spend (default `USD`).
+    #[serde(default, deserialize_with = "scalar")]
+    pub currency: Option<String>,
+    /// The entry naming the model (default `model`).
+    #[serde(default, deserialize_with = "scalar")]
+    pub model_key: Option<String>,
+    /// The entry naming the token kind (default `kind`).
+    #[serde(default, deserialize_with = "scalar")]
+    pub kind_key: Option<String>,
+    /// Per model, per token kind: what a million tokens cost.
+    #[serde(default)]
+    pub per_million_tokens:
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, Amount>>,
+    /// The prices of a model the table does not name (absent: such a request is refused).
+    #[serde(default)]
+    pub default: Option<std::collections::BTreeMap<String, Amount>>,
+}
+
+/// An amount of money as written: a decimal with at most 6 places, in micro-units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Amount(pub u64);
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Amount;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an amount: a decimal number with at most 6 places")
+            }
+            fn visit_u64<E: Error>(self, v: u64) -> Result<Amount, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i64<E: Error>(self, v: i64) -> Result<Amount, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_f64<E: Error>(self, v: f64) -> Result<Amount, E> {
+                // Display writes the shortest decimal that reads back as `v`: what was written.
+                self.visit_str(&v.to_string())
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<Amount, E> {
+                crate::limit::money::parse_micros(v).map(Amount).ok_or_else(|| {
+                    E::custom(format!(
+                        "invalid amount '{v}': expected a decimal number with at most 6 places (e.g. 0.15)"
+                    ))
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `reservations:` (see `service::reserve`).
@@ -116,6 +175,10 @@ pub struct RawLimit {
     /// tollgate: how long a `concurrency` slot is held unless released or renewed (default 5m).
     #[serde(default, deserialize_with = "lease_ttl")]
     pub lease_ttl: Option<String>,
+    /// tollgate: a money budget (the domain's `prices:` turn tokens into money), instead of
+    /// `requests_per_unit`.
+    #[serde(default)]
+    pub spend: Option<Amount>,
 }
 
 /// A limit read from a file, its fields checked against each other as it was read (calendar
@@ -288,6 +351,22 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
     }
     if rl.lease_ttl.is_some() && algorithm != Algorithm::Concurrency {
         return Err(LimitError::SlotHoldWithoutConcurrency);
+    }
+    if let Some(spend) = rl.spend {
+        if rl.requests_per_unit.is_some() {
+            return Err(LimitError::SpendWithRequests);
+        }
+        if algorithm == Algorithm::Concurrency {
+            return Err(LimitError::SpendWith("algorithm concurrency"));
+        }
+        if rl.burst.is_some() {
+            return Err(LimitError::SpendWith(
+                "burst (a spend bucket holds its spend)",
+            ));
+        }
+        if spend.0 > crate::limit::money::MAX_SPEND {
+            return Err(LimitError::SpendTooLarge(spend.0));
+        }
     }
     Ok(())
 }

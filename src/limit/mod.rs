@@ -6,6 +6,7 @@
 //! [`unit`], calendar periods in [`calendar`].
 
 pub mod calendar;
+pub mod money;
 pub mod unit;
 
 use crate::limit::calendar::Calendar;
@@ -118,6 +119,9 @@ pub struct Limit {
     /// The `limit` label of its metrics: its name, else its rule's path (`domain.key_value`),
     /// or [`OVERRIDE_LABEL`].
     pub metric_label: String,
+    /// `spend:`: counted in micro-units of money, each charge's tokens priced by the domain's
+    /// price table (see [`money`]).
+    pub spend: bool,
 }
 
 /// The `limit` label of every request's own `limit` override.
@@ -137,6 +141,7 @@ impl Limit {
             lease: 0,
             replaces: Vec::new(),
             key_suffix,
+            spend: false,
         }
     }
 

@@ -19,6 +19,7 @@ use counter_key::tag_of;
 use crate::algorithm::concurrency::SlotId;
 use crate::algorithm::rule::Role;
 use crate::config::{Config, Pattern, Rule};
+use crate::limit::money::{self, Prices, Unpriced};
 use crate::limit::unit::Unit;
 use crate::limit::Limit;
 use crate::pb::common::RateLimitDescriptor;
@@ -36,6 +37,9 @@ pub struct Plan<'c> {
     /// The id of the concurrency slots the request takes, releases or renews (`(0, 0)`: none;
     /// see [`crate::algorithm::concurrency`]).
     pub slot: SlotId,
+    /// Descriptors that reach a `spend` limit but whose model (or token kind) the domain's
+    /// prices do not price: the request is refused and charges nothing.
+    pub unpriced: Vec<usize>,
 }
 
 impl Plan<'_> {
@@ -55,6 +59,7 @@ impl Plan<'_> {
             charges: Vec::new(),
             quota_descriptors: 0,
             slot: (0, 0),
+            unpriced: Vec::new(),
         }
     }
 }
@@ -250,6 +255,7 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         .map(|i| tag_depth(&paths[i], candidates.iter().filter(|c| c.descriptor == i)))
         .collect();
     let mut charges = Vec::with_capacity(candidates.len());
+    let mut unpriced = Vec::new();
     for c in candidates {
         let d = &req.descriptors[c.descriptor];
         let path = &paths[c.descriptor];
@@ -266,9 +272,22 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             *range = charges.len()..charges.len();
         }
         range.end += 1;
+        let mut cost = cost_of(c.descriptor);
+        // A check (cost 0) costs nothing in any money: no price needed.
+        if c.limit.spend && cost > 0 {
+            match domain.prices.as_ref().map(|p| priced(p, d, cost)) {
+                Some(Ok(money)) => cost = money,
+                _ => {
+                    if !unpriced.contains(&c.descriptor) {
+                        unpriced.push(c.descriptor);
+                    }
+                    cost = 0;
+                }
+            }
+        }
         charges.push(PlannedCharge {
             descriptor: c.descriptor,
-            cost: cost_of(c.descriptor),
+            cost,
             limit: c.limit,
             stats: c.stats,
             key,
@@ -286,7 +305,21 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         charges,
         quota_descriptors,
         slot: (0, 0),
+        unpriced,
     })
+}
+
+/// What `tokens` of descriptor `d` cost in micro-units: its model and token kind (default
+/// `output`) are its entries keyed by the table's `model_key` and `kind_key`.
+fn priced(prices: &Prices, d: &RateLimitDescriptor, tokens: u64) -> Result<u64, Unpriced> {
+    let entry = |key: &str| {
+        d.entries
+            .iter()
+            .find(|e| e.key == key)
+            .map(|e| e.value.as_str())
+    };
+    let per_million = prices.per_million(entry(&prices.model_key), entry(&prices.kind_key))?;
+    Ok(money::cost(tokens, per_million))
 }
 
 /// How many leading entries (`0..=depth`) a descriptor's hash tag covers: down to the first

@@ -89,7 +89,8 @@ pub struct Answered<'c> {
     /// The rest of a request whose marked descriptors were split off (the plan is of it), and
     /// where those descriptors were: each is answered OK with no limit (`service::marked`).
     pub rest: Option<(RateLimitRequest, Vec<usize>)>,
-    /// Descriptors of the plan refused for a missing estimate (`AnsweredBy::NoEstimate`).
+    /// Descriptors of the plan refused for a missing estimate (`AnsweredBy::NoEstimate`) or
+    /// price (`AnsweredBy::Unpriced`).
     pub refused: Vec<usize>,
     /// The request was decided as a reservation (`Mode::Reserve`).
     pub reserving: bool,
@@ -110,6 +111,8 @@ pub enum AnsweredBy {
     Local,
     /// Nobody: a reservation without an estimate, in a domain without a default, is refused.
     NoEstimate,
+    /// Nobody: a spend limit's prices do not price the request's model or token kind.
+    Unpriced,
 }
 
 impl<'c> Answered<'c> {
@@ -130,7 +133,9 @@ impl<'c> Answered<'c> {
             AnsweredBy::Policy(mode) => {
                 on_store_failure(&self.plan, mode == FailureMode::Allow, global_shadow)
             }
-            AnsweredBy::NoEstimate => refused(&self.plan, &self.refused, global_shadow),
+            AnsweredBy::NoEstimate | AnsweredBy::Unpriced => {
+                refused(&self.plan, &self.refused, global_shadow)
+            }
             _ => assemble(&self.plan, &self.outcomes, global_shadow),
         }
     }

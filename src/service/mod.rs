@@ -289,8 +289,22 @@ impl<S: Store> RateLimiter<S> {
     ) -> Result<Option<SettleDone>, CallError> {
         let config = self.config.load();
         let mut plan = plan(&config, req).map_err(InvalidRequest::from)?;
+        if !plan.unpriced.is_empty() {
+            // What was used cannot be priced: the reservation keeps its estimate.
+            return Ok(None);
+        }
         plan.charges
             .retain(|c| c.limit.params.algorithm != Algorithm::Concurrency);
+        // The use on one counter is what every descriptor reaching it says (a spend limit's
+        // input and output tokens, each priced at its kind's price): one charge each.
+        let mut merged: Vec<PlannedCharge<'_>> = Vec::with_capacity(plan.charges.len());
+        for c in plan.charges.drain(..) {
+            match merged.iter_mut().find(|m| m.key == c.key) {
+                Some(m) => m.cost = m.cost.saturating_add(c.cost),
+                None => merged.push(c),
+            }
+        }
+        plan.charges = merged;
         for c in &mut plan.charges {
             c.role = Role::Enforced;
         }
@@ -398,6 +412,15 @@ impl<S: Store> RateLimiter<S> {
         if plan.charges.is_empty() {
             return Ended::answered(plan, Vec::new(), AnsweredBy::Nobody);
         }
+        if !plan.unpriced.is_empty() {
+            // A spend limit cannot price a descriptor: refused, nothing asked of the store.
+            let refused = plan.unpriced.clone();
+            let mut ended = Ended::answered(plan, Vec::new(), AnsweredBy::Unpriced);
+            if let Ok(answer) = &mut ended.result {
+                answer.refused = refused;
+            }
+            return ended;
+        }
         if self.fallback.is_some() && !self.store.is_ready() {
             // The local fallback answers at once while the store is known to be down.
             let reason = self.store.reason().unwrap_or_else(|| {
@@ -478,5 +501,6 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
         charges,
         quota_descriptors: plan.quota_descriptors,
         slot: plan.slot,
+        unpriced: plan.unpriced.clone(),
     }
 }

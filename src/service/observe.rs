@@ -210,6 +210,17 @@ impl Observer {
                 self.metrics.reservation("no_estimate");
                 self.metrics.request(domain, code);
             }
+            AnsweredBy::Unpriced => {
+                self.metrics.unpriced(&req.domain);
+                self.metrics.request(domain, code);
+                if let Some(suppressed) = crate::base::log_throttle::due("unpriced") {
+                    tracing::info!(
+                        domain = %req.domain,
+                        suppressed,
+                        "request refused: its model or token kind has no price in the domain's prices"
+                    );
+                }
+            }
             AnsweredBy::Nobody | AnsweredBy::Store(_) | AnsweredBy::Local => {
                 if let AnsweredBy::Store(took) = answer.by {
                     self.store_latency.record(took);

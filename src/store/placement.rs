@@ -227,6 +227,7 @@ pub(crate) mod tests {
             charges,
             quota_descriptors: 0,
             slot: (0, 0),
+            unpriced: Vec::new(),
         }
     }
 

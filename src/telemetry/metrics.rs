@@ -51,6 +51,11 @@ struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DomainLabels {
+    domain: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SlotLabels {
     op: &'static str,
     held: &'static str,
@@ -122,6 +127,7 @@ pub struct Metrics {
     slot_ops: Family<SlotLabels, Counter>,
     reservations: Family<ResultLabels, Counter>,
     settles: Family<ResultLabels, Counter>,
+    unpriced: Family<DomainLabels, Counter>,
     pub memory_evictions: Counter,
     pub lease_takes: Counter,
     pub lease_local: Counter,
@@ -284,6 +290,12 @@ impl Metrics {
             "Settles, by result: settled (the reservation became the actual use), unknown (the id was settled already, or never issued: nothing changed)",
             settles.clone(),
         );
+        let unpriced = Family::<DomainLabels, Counter>::default();
+        registry.register(
+            "tollgate_unpriced_requests",
+            "Requests refused (OVER_LIMIT, nothing charged) because a spend limit's prices have no price for their model or token kind, by domain",
+            unpriced.clone(),
+        );
         let memory_evictions = Counter::default();
         registry.register(
             "tollgate_memory_evictions",
@@ -344,6 +356,7 @@ impl Metrics {
             slot_ops,
             reservations,
             settles,
+            unpriced,
             memory_evictions,
             lease_takes,
             lease_local,
@@ -441,6 +454,15 @@ impl Metrics {
         self.settles
             .get_or_create(&ResultLabels {
                 result: result.into(),
+            })
+            .inc();
+    }
+
+    /// A request of `domain` refused for a model or token kind its prices do not price.
+    pub fn unpriced(&self, domain: &str) {
+        self.unpriced
+            .get_or_create(&DomainLabels {
+                domain: domain.into(),
             })
             .inc();
     }

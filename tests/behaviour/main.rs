@@ -33,6 +33,7 @@ mod holes;
 mod lease;
 mod matching;
 mod model;
+mod money;
 mod replicas;
 mod reservations;
 mod script;

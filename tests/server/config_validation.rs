@@ -649,6 +649,71 @@ descriptors:
         want: "lease_ttl is only valid with algorithm concurrency",
         line: Some(3),
     },
+    Bad {
+        name: "a spend limit without prices",
+        yaml: "domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {calendar: month, spend: 500}
+",
+        want: "'d.tenant': a spend limit needs the domain's prices:",
+        line: None,
+    },
+    Bad {
+        name: "a spend limit too large to count exactly",
+        yaml: "domain: d
+prices: {per_million_tokens: {m: {output: 1}}}
+descriptors:
+  - key: tenant
+    rate_limit: {calendar: month, spend: 100000000}
+",
+        want: "spend 100000000 is too large to count exactly: 101 × the budget in micro-units must stay under 2^53 (at most 89180190.640999 per limit)",
+        line: Some(4),
+    },
+    Bad {
+        name: "a spend limit with requests_per_unit",
+        yaml: "domain: d
+prices: {per_million_tokens: {m: {output: 1}}}
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, spend: 5, requests_per_unit: 5}
+",
+        want: "spend replaces requests_per_unit",
+        line: Some(4),
+    },
+    Bad {
+        name: "a price finer than a micro-unit",
+        yaml: "domain: d
+prices:
+  per_million_tokens:
+    m: {input: 0.0000001}
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, spend: 5}
+",
+        want: "invalid amount '0.0000001': expected a decimal number with at most 6 places",
+        line: Some(4),
+    },
+    Bad {
+        name: "a negative price",
+        yaml: "domain: d
+prices:
+  per_million_tokens:
+    m: {input: -1}
+",
+        want: "invalid amount '-1'",
+        line: Some(4),
+    },
+    Bad {
+        name: "a model without prices",
+        yaml: "domain: d
+prices:
+  per_million_tokens:
+    m: {}
+",
+        want: "domain 'd': prices: model 'm' has no price",
+        line: None,
+    },
 ];
 
 #[test]
