@@ -134,6 +134,20 @@ pub struct CounterView {
     pub shared: bool,
     /// `enforced`, `shadow` or `quota`.
     pub role: &'static str,
+    /// A `spend:` limit's currency: its numbers are micro-units of it (`limit::money`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+}
+
+impl CounterView {
+    /// `n` of this counter as an operator reads it: a count, or an amount of money with its
+    /// currency (`0.0075 USD`).
+    pub fn amount(&self, n: u64) -> String {
+        match &self.currency {
+            Some(c) => format!("{} {c}", crate::limit::money::format_micros(n)),
+            None => n.to_string(),
+        }
+    }
 }
 
 /// What a reset did to one limit's counter.
@@ -309,6 +323,11 @@ pub async fn inspect<S: Store>(
         return Ok(Vec::new());
     }
     let readings = store.read(&plan).await?;
+    let currency = config
+        .domains
+        .get(&sel.domain)
+        .and_then(|d| d.prices.as_ref())
+        .map(|p| p.currency.clone());
     Ok(plan
         .charges
         .iter()
@@ -336,6 +355,7 @@ pub async fn inspect<S: Store>(
                 key: r.key,
                 shared: l.shared,
                 role: role_name(c.role),
+                currency: currency.clone().filter(|_| l.spend),
             }
         })
         .collect())
@@ -422,11 +442,11 @@ pub fn table(views: &[CounterView]) -> String {
                 name,
                 v.algorithm.to_string(),
                 v.window.clone(),
-                v.limit.to_string(),
-                v.used.to_string(),
-                v.remaining.to_string(),
+                v.amount(v.limit),
+                v.amount(v.used),
+                v.amount(v.remaining),
                 format!("{}s", v.reset_after_s),
-                v.overdraft_debt.to_string(),
+                v.amount(v.overdraft_debt),
                 v.lease.to_string(),
                 crate::base::log_throttle::printable(&v.key),
             ]

@@ -222,11 +222,11 @@ fn counter_table(sel: &Selector, views: &[CounterView], page: &mut String) {
              <td>{} s</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
             v.algorithm,
             esc(&v.window),
-            v.limit,
-            v.used,
-            v.remaining,
+            esc(&v.amount(v.limit)),
+            esc(&v.amount(v.used)),
+            esc(&v.amount(v.remaining)),
             v.reset_after_s,
-            v.overdraft_debt,
+            esc(&v.amount(v.overdraft_debt)),
             v.lease,
             esc(&crate::base::log_throttle::printable(&v.key))
         );

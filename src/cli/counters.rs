@@ -210,6 +210,8 @@ struct CounterRow {
     key: String,
     shared: bool,
     role: String,
+    #[serde(default)]
+    currency: Option<String>,
 }
 
 impl CounterRow {
@@ -233,6 +235,7 @@ impl CounterRow {
                 "quota" => "quota",
                 _ => "enforced",
             },
+            currency: self.currency,
         }
     }
 }

@@ -11,7 +11,9 @@ use super::raw::{
     RawLimit, RawPrices, RawRule, DEFAULT_SLOT_HOLD_US,
 };
 use super::{Domain, DomainPolicy, Level, Pattern, Rule};
-use crate::config::error::{ConfigError, ConfigProblem, LeaseError, LimitError, RuleError};
+use crate::config::error::{
+    ConfigError, ConfigProblem, LeaseError, LimitError, PricesError, RuleError,
+};
 use crate::config::usage::UsageDomains;
 use crate::limit::money::Prices;
 use crate::limit::unit::Unit;
@@ -102,13 +104,13 @@ pub(super) fn compile_raw(
     })
 }
 
-/// `prices:` as the plan reads it; the problem in words when it is not a table.
-fn compile_prices(raw: RawPrices) -> Result<Prices, String> {
+/// `prices:` as the plan reads it.
+fn compile_prices(raw: RawPrices) -> Result<Prices, PricesError> {
     let kinds = |t: BTreeMap<String, Amount>| -> HashMap<String, u64> {
         t.into_iter().map(|(k, a)| (k, a.0)).collect()
     };
     if raw.per_million_tokens.is_empty() && raw.default.is_none() {
-        return Err("per_million_tokens names no model and there is no default".into());
+        return Err(PricesError::NoModels);
     }
     let models: HashMap<String, HashMap<String, u64>> = raw
         .per_million_tokens
@@ -117,10 +119,10 @@ fn compile_prices(raw: RawPrices) -> Result<Prices, String> {
         .collect();
     let default = raw.default.map(kinds);
     if let Some((model, _)) = models.iter().find(|(_, t)| t.is_empty()) {
-        return Err(format!("model '{model}' has no price"));
+        return Err(PricesError::ModelWithoutPrice(model.clone()));
     }
     if default.as_ref().is_some_and(HashMap::is_empty) {
-        return Err("default has no price".into());
+        return Err(PricesError::DefaultWithoutPrice);
     }
     let name = |k: Option<String>, d: &str| k.filter(|k| !k.is_empty()).unwrap_or(d.into());
     let prices = Prices {
@@ -131,10 +133,7 @@ fn compile_prices(raw: RawPrices) -> Result<Prices, String> {
         default,
     };
     if prices.model_key == prices.kind_key {
-        return Err(format!(
-            "model_key and kind_key are both '{}'",
-            prices.model_key
-        ));
+        return Err(PricesError::SameKeys(prices.model_key));
     }
     Ok(prices)
 }

@@ -70,7 +70,11 @@ pub enum ConfigProblem {
     )]
     ZeroDefaultEstimate(String),
     #[error("domain '{domain}': prices: {problem}")]
-    Prices { domain: String, problem: String },
+    Prices {
+        domain: String,
+        #[source]
+        problem: PricesError,
+    },
     #[error("duplicate domain '{0}' in config file")]
     DuplicateDomain(String),
     /// Merged files (`--merge-domains`) that disagree on the domain's own settings.
@@ -211,6 +215,19 @@ pub enum LimitError {
     /// limits.
     #[error("{0} (every limit of a usage domain, --usage-domains, is an overdraft limit)")]
     LeaseInUsageDomain(#[source] LeaseError),
+}
+
+/// A `prices:` table that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PricesError {
+    #[error("per_million_tokens names no model and there is no default")]
+    NoModels,
+    #[error("model '{0}' has no price")]
+    ModelWithoutPrice(String),
+    #[error("default has no price")]
+    DefaultWithoutPrice,
+    #[error("model_key and kind_key are both '{0}'")]
+    SameKeys(String),
 }
 
 /// A `lease` a limit cannot have.

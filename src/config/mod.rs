@@ -278,6 +278,10 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
             if !l.name.is_empty() {
                 let _ = write!(s, ", name: {}", l.name);
             }
+            if l.spend {
+                let micros = crate::limit::money::format_micros(l.params.limit);
+                let _ = write!(s, ", spend: {micros} (in micro-units: requests_per_unit)");
+            }
             let p = &l.params;
             if let Some(c) = &p.calendar {
                 let _ = write!(

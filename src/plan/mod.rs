@@ -273,8 +273,11 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         }
         range.end += 1;
         let mut cost = cost_of(c.descriptor);
-        // A check (cost 0) costs nothing in any money: no price needed.
-        if c.limit.spend && cost > 0 {
+        // A check (cost 0) costs nothing in any money; it still refuses a model the prices
+        // do not know, so a call is refused before it runs rather than after. A check that
+        // names no model (a budget's remaining) needs no price.
+        if c.limit.spend && (cost > 0 || domain.prices.as_ref().is_some_and(|p| names_model(p, d)))
+        {
             match domain.prices.as_ref().map(|p| priced(p, d, cost)) {
                 Some(Ok(money)) => cost = money,
                 _ => {
@@ -307,6 +310,11 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         slot: (0, 0),
         unpriced,
     })
+}
+
+/// Whether `d` has an entry naming a model.
+fn names_model(prices: &Prices, d: &RateLimitDescriptor) -> bool {
+    d.entries.iter().any(|e| e.key == prices.model_key)
 }
 
 /// What `tokens` of descriptor `d` cost in micro-units: its model and token kind (default

@@ -224,6 +224,9 @@ async fn rules(kind: StoreKind) {
     assert_eq!((r.statuses[0].code, r.statuses[1].code), (OK, OVER_LIMIT));
     let r = ask(&l, "llm", vec![usage(&u, "gpt-4o", "audio", 10)]).await;
     assert_eq!(r.overall_code, OVER_LIMIT);
+    // A check (cost 0) naming an unknown model is refused too: before the call runs.
+    let r = ask(&l, "llm", vec![usage(&u, "mystery", "input", 0)]).await;
+    assert_eq!(r.overall_code, OVER_LIMIT);
     let no_model = costing(descriptor(&[("tenant", &u)]), 10);
     assert_eq!(
         ask(&l, "llm", vec![no_model]).await.overall_code,

@@ -89,6 +89,22 @@ pub const RESERVE_CONFIGS: [(&str, &str); 2] = [
     ),
 ];
 
+/// A money budget (money.rs): USD 0.10 an hour per tenant, two models priced per million
+/// tokens, usage landing as overdraft (it is charged when the stream is done).
+pub const MONEY_CONFIG: (&str, &str) = (
+    "llm-money.yaml",
+    "domain: llm-money
+prices:
+  per_million_tokens:
+    gpt-4o-mini: {input: 0.15, output: 0.60}
+    o1: {input: 15, output: 60}
+descriptors:
+  - key: tenant
+    hierarchical: true
+    rate_limit: {unit: hour, spend: 0.10, overdraft: true}
+",
+);
+
 /// Envoy's filter timeout on the shared listeners: generous, so a loaded test machine never
 /// turns a slow answer into a failure; the failure tests set their own.
 const TIMEOUT: &str = "2s";
@@ -177,6 +193,7 @@ fn config_dir() -> PathBuf {
     for (file, text) in RESERVE_CONFIGS {
         std::fs::write(dir.join(file), text).expect("write config");
     }
+    std::fs::write(dir.join(MONEY_CONFIG.0), MONEY_CONFIG.1).expect("write config");
     dir
 }
 
@@ -364,6 +381,30 @@ pub fn reserve_limits() -> Value {
     ])
 }
 
+/// A money budget's calls (domain `llm-money`): on the request a check of cost 0 of `tenant`
+/// (`x-tenant`) and `model` (`x-model`), refused once the budget is spent or for a model the
+/// prices do not know; when the stream is done one descriptor per token kind, `kind=input`
+/// and `kind=output`, each with its count from response metadata (the backend's
+/// `x-input-used` and `x-tokens-used`), priced and charged in one decision.
+pub fn money_limits() -> Value {
+    let tenant = header_action("x-tenant", "tenant");
+    let model = header_action("x-model", "model");
+    let kind = |k: &str| json!({"generic_key": {"descriptor_key": "kind", "descriptor_value": k}});
+    json!([
+        {"actions": [tenant.clone(), model.clone()], "hits_addend": {"number": 0}},
+        {
+            "actions": [tenant.clone(), model.clone(), kind("input")],
+            "apply_on_stream_done": true,
+            "hits_addend": {"format": "%DYNAMIC_METADATA(tollgate.test:input)%"},
+        },
+        {
+            "actions": [tenant, model, kind("output")],
+            "apply_on_stream_done": true,
+            "hits_addend": {"format": "%DYNAMIC_METADATA(tollgate.test:tokens)%"},
+        },
+    ])
+}
+
 /// A route whose rate limits are the ratelimit filter's per-route config
 /// (`RateLimitPerRoute.rate_limits`, where Envoy sends `hits_addend`), with `domain` when set.
 fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: Value) -> Value {
@@ -398,6 +439,7 @@ fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: V
 /// - `/slots/unreleased`: a slot of `model_unreleased` from `x-model`, never released;
 /// - `/reserve/default`, `/reserve/strict`: reservations (domains `llm-reserve` and
 ///   `llm-reserve-strict`, see [`reserve_limits`]);
+/// - `/money`: a money budget (domain `llm-money`, see [`money_limits`]);
 /// - `/load`: `load` from `x-load`, never denied.
 fn main_routes(side: &Side) -> Value {
     let backend = side.backend_cluster.as_str();
@@ -466,6 +508,7 @@ fn main_routes(side: &Side) -> Value {
             }},
         },
         per_filter_route("/reserve/default", backend, Some("llm-reserve"), reserve_limits()),
+        per_filter_route("/money", backend, Some("llm-money"), money_limits()),
         per_filter_route(
             "/reserve/strict",
             backend,
@@ -519,7 +562,10 @@ fn listener(
                         "typed_config": {
                             "@type": "type.googleapis.com/envoy.extensions.filters.http.header_to_metadata.v3.Config",
                             "request_rules": [metadata_rule("x-meta-cost", "cost")],
-                            "response_rules": [metadata_rule("x-tokens-used", "tokens")],
+                            "response_rules": [
+                                metadata_rule("x-tokens-used", "tokens"),
+                                metadata_rule("x-input-used", "input"),
+                            ],
                         },
                     },
                     {

@@ -16,6 +16,7 @@ mod failure;
 mod fixture;
 mod gateway_reservations;
 mod llm;
+mod money;
 mod reservations;
 mod shipped;
 mod slots;

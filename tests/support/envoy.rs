@@ -268,6 +268,7 @@ pub fn cluster(name: &str, port: u16, http2: bool) -> Value {
 
 /// The application behind Envoy: answers every request 200. A request's `x-completion-tokens`
 /// comes back as response header `x-tokens-used` (a model call that used that many tokens),
+/// its `x-prompt-tokens` as `x-input-used` (the input tokens),
 /// and every `x-test-id` it was sent is remembered, so a test knows which requests Envoy let
 /// through. A request with `x-hold: <name>` is a streaming generation: its headers and a first
 /// chunk (`start\n`) leave at once, the last chunk (`end\n`) only when the test calls
@@ -350,6 +351,9 @@ fn respond(seen: &Mutex<HashSet<String>>, holds: &Holds, headers: &HeaderMap) ->
     let mut out = HeaderMap::new();
     if let Some(tokens) = headers.get("x-completion-tokens") {
         out.insert("x-tokens-used", tokens.clone());
+    }
+    if let Some(tokens) = headers.get("x-prompt-tokens") {
+        out.insert("x-input-used", tokens.clone());
     }
     out.insert("content-type", HeaderValue::from_static("text/plain"));
     let Some(name) = headers.get("x-hold").and_then(|v| v.to_str().ok()) else {

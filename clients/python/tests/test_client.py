@@ -364,3 +364,48 @@ def test_the_readme_reservation_lines_run(server: Server) -> None:
             "llm-gateway", Descriptor({"tenant_reserved_tokens": tenant}, hits=0)
         ).statuses
         assert st.remaining == 100_000 - 300
+
+
+# ------------------------------------------------------------------ money budgets
+def test_record_usage_charges_each_kind_at_its_price(server: Server) -> None:
+    """examples/llm-gateway.yaml's monthly spend (USD 500): 1,000 gpt-4o input tokens (USD 2.50
+    a million: 2,500 µUSD) and 500 output (USD 10: 5,000 µUSD) in one decision."""
+    tenant = unique("tenant")
+    with Client(server.addr) as tg:
+        assert tg.check_spend(tenant).remaining == 500_000_000
+        d = tg.record_usage(tenant, "gpt-4o", input=1_000, output=500)
+        assert d.allowed
+        assert tg.check_spend(tenant, "gpt-4o").remaining == 500_000_000 - 7_500
+        # gpt-4o-mini cached input: USD 0.075 a million, 10 tokens → 0.75 µUSD, rounded up to 1.
+        tg.record_usage(tenant, "gpt-4o-mini", cached_input=10)
+        assert tg.check_spend(tenant).remaining == 500_000_000 - 7_501
+        # A model the prices do not know: refused, nothing charged; no wait would ever help.
+        with pytest.raises(CostNeverFits):
+            tg.check_spend(tenant, "mystery")
+        with pytest.raises(CostNeverFits):
+            tg.record_usage(tenant, "mystery", output=10)
+        assert tg.check_spend(tenant).remaining == 500_000_000 - 7_501
+        with pytest.raises(ValueError):
+            tg.record_usage(tenant, "gpt-4o", output=-1)
+
+
+async def test_async_record_usage(server: Server) -> None:
+    tenant = unique("tenant")
+    async with AsyncClient(server.addr) as tg:
+        await tg.record_usage(tenant, "gpt-4o", output=1_000_000)
+        assert (await tg.check_spend(tenant)).remaining == 500_000_000 - 10_000_000
+
+
+def test_the_readme_money_line_runs(server: Server) -> None:
+    """The repository README's money-budget line, run as written against
+    examples/llm-gateway.yaml: USD 0.0065 of the tenant's month."""
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    start = text.index("```python\ntg.record_usage(") + len("```python\n")
+    snippet = text[start : text.index("```", start)]
+    tenant = unique("acme")
+    snippet = snippet.replace('"acme"', repr(tenant))
+    with Client(server.addr) as tg:
+        exec(snippet, {"tg": tg})  # noqa: S102 - the README's own lines
+        assert tg.check_spend(tenant).remaining == 500_000_000 - 6_500

@@ -33,6 +33,7 @@ from ._model import (
     TollgateRequestError,
     TollgateUnavailable,
 )
+from ._model import DEFAULT_SPEND_KEY
 from ._reservation import AsyncReservation, Reservation, SettleResult
 from .aio import AsyncClient
 from .client import (
@@ -47,6 +48,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MAX_WAIT",
+    "DEFAULT_SPEND_KEY",
     "DEFAULT_TIMEOUT",
     "DEFAULT_TOKENS_DOMAIN",
     "DEFAULT_TOKENS_KEY",

@@ -511,3 +511,30 @@ def release_failed(exc: BaseException, slot: Slot, err: BaseException) -> None:
         f"tollgate_client: releasing slot {slot.id} failed ({err}); "
         "it frees itself when its lease ends"
     )
+
+
+#: The descriptor key of examples/llm-gateway.yaml's monthly money budget (`spend:`).
+DEFAULT_SPEND_KEY = "tenant_spend"
+
+
+def usage_descriptors(
+    spend_key: str,
+    tenant: str,
+    model: str,
+    *,
+    input: int = 0,
+    output: int = 0,
+    cached_input: int = 0,
+) -> list[Descriptor]:
+    """One descriptor per token kind used (`spend_key=tenant, model=…, kind=…`, its count the
+    cost), as a domain's `prices:` read them; a check naming the model when none was used."""
+    counts = [("input", input), ("output", output), ("cached_input", cached_input)]
+    for kind, n in counts:
+        if n != int(n) or n < 0:
+            raise ValueError(f"a token count must be a non-negative integer, got {kind}={n!r}")
+    out = [
+        Descriptor({spend_key: tenant, "model": model, "kind": kind}, hits=int(n))
+        for kind, n in counts
+        if n > 0
+    ]
+    return out or [Descriptor({spend_key: tenant, "model": model}, hits=0)]

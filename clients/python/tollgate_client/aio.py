@@ -13,6 +13,7 @@ import grpc
 import grpc.aio
 
 from ._model import (
+    DEFAULT_SPEND_KEY,
     ACQUIRE_DESERIALIZE,
     ACQUIRE_METHOD,
     DESERIALIZE,
@@ -46,6 +47,7 @@ from ._model import (
     release_failed,
     renew_interval,
     target,
+    usage_descriptors,
 )
 from ._reservation import (
     RESERVE_DESERIALIZE,
@@ -175,6 +177,29 @@ class AsyncClient:
         return await self.check(
             self.tokens_domain, Descriptor({self.tokens_key: tenant}, hits=used)
         )
+
+    async def check_spend(
+        self, tenant: str, model: str | None = None, *, spend_key: str = DEFAULT_SPEND_KEY
+    ) -> Decision:
+        """See `Client.check_spend`."""
+        entries = {spend_key: tenant} if model is None else {spend_key: tenant, "model": model}
+        return await self.check(self.tokens_domain, Descriptor(entries, hits=0))
+
+    async def record_usage(
+        self,
+        tenant: str,
+        model: str,
+        *,
+        input: int = 0,
+        output: int = 0,
+        cached_input: int = 0,
+        spend_key: str = DEFAULT_SPEND_KEY,
+    ) -> Decision:
+        """See `Client.record_usage`."""
+        ds = usage_descriptors(
+            spend_key, tenant, model, input=input, output=output, cached_input=cached_input
+        )
+        return await self.check(self.tokens_domain, ds)
 
     async def acquire_slot(
         self,

@@ -12,6 +12,7 @@ from typing import Literal
 import grpc
 
 from ._model import (
+    DEFAULT_SPEND_KEY,
     ACQUIRE_DESERIALIZE,
     ACQUIRE_METHOD,
     DESERIALIZE,
@@ -45,6 +46,7 @@ from ._model import (
     release_failed,
     renew_interval,
     target,
+    usage_descriptors,
 )
 from ._reservation import (
     RESERVE_DESERIALIZE,
@@ -213,6 +215,36 @@ class Client:
         then says whether the budget is now spent. With a limit without overdraft an
         OVER_LIMIT answer means nothing was recorded."""
         return self.check(self.tokens_domain, Descriptor({self.tokens_key: tenant}, hits=used))
+
+    def check_spend(
+        self, tenant: str, model: str | None = None, *, spend_key: str = DEFAULT_SPEND_KEY
+    ) -> Decision:
+        """Before a model call: is the tenant's money budget (a `spend:` limit) spent? Check
+        only (cost 0); naming `model` also refuses (CostNeverFits) a model the domain's prices
+        do not know.
+        `remaining` is in micro-units of the currency (capped at 2^32 - 1 by Envoy's API)."""
+        entries = {spend_key: tenant} if model is None else {spend_key: tenant, "model": model}
+        return self.check(self.tokens_domain, Descriptor(entries, hits=0))
+
+    def record_usage(
+        self,
+        tenant: str,
+        model: str,
+        *,
+        input: int = 0,
+        output: int = 0,
+        cached_input: int = 0,
+        spend_key: str = DEFAULT_SPEND_KEY,
+    ) -> Decision:
+        """After a model call: charge its tokens against the tenant's money budget, each kind at
+        the model's price (the domain's `prices:`), in one decision: one descriptor per kind
+        (`tenant_spend, model, kind`). With `overdraft: true` (examples/llm-gateway.yaml) the
+        charge always lands; a model the prices do not know is refused and charges nothing
+        (CostNeverFits: no wait would help)."""
+        ds = usage_descriptors(
+            spend_key, tenant, model, input=input, output=output, cached_input=cached_input
+        )
+        return self.check(self.tokens_domain, ds)
 
     # ------------------------------------------------------------------ concurrency slots
     def acquire_slot(
