@@ -279,7 +279,13 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         if c.limit.spend && (cost > 0 || domain.prices.as_ref().is_some_and(|p| names_model(p, d)))
         {
             match domain.prices.as_ref().map(|p| priced(p, d, cost)) {
-                Some(Ok(money)) => cost = money,
+                // Past the most a counter can hold nothing changes (a charge that large never
+                // fits, and overdraft stops at the cap): clamped there, the script's numbers
+                // stay exact (spend × 101 < 2^53).
+                Some(Ok(money)) if money > 0 => {
+                    cost = money.min(c.limit.params.usage_cap().max(1));
+                }
+                Some(Ok(_)) => cost = 0,
                 _ => {
                     if !unpriced.contains(&c.descriptor) {
                         unpriced.push(c.descriptor);

@@ -206,6 +206,10 @@ async fn rules(kind: StoreKind) {
         OVER_LIMIT
     );
     assert_eq!(left(&l, "llm", "small", &t).await, 25);
+    // The largest count a request may carry, at the dearest price: refused whole, no overflow.
+    let huge = small("o1", "output", u64::from(u32::MAX));
+    assert_eq!(ask(&l, "llm", vec![huge]).await.overall_code, OVER_LIMIT);
+    assert_eq!(left(&l, "llm", "small", &t).await, 25);
 
     // A model the table does not name, in a domain without a default: refused, nothing
     // charged, the other descriptors too; a kind the model has no price for likewise.
