@@ -171,6 +171,18 @@ pub fn parse_query(query: &str) -> Result<Selector, CounterError> {
         match name {
             "domain" => sel.domain = decode(raw)?,
             "limit" => sel.limit = Some(decode(raw)?).filter(|l| !l.is_empty()),
+            // The whole value percent-encoded, as `curl --data-urlencode descriptor=k=v` and
+            // Python's `urlencode` write it (no raw `=` in it): decoded, then split. A value
+            // holding `,` or `=` needs the form below, or key=/value= pairs.
+            "descriptor" if !raw.contains('=') => {
+                let text = decode(raw)?;
+                for entry in text.split(',').filter(|e| !e.is_empty()) {
+                    let (k, v) = entry
+                        .split_once('=')
+                        .ok_or_else(|| QueryError::NotKeyValue(entry.to_string()))?;
+                    sel.entries.push((k.to_string(), v.to_string()));
+                }
+            }
             "descriptor" => {
                 for entry in raw.split(',').filter(|e| !e.is_empty()) {
                     let (k, v) = entry.split_once('=').ok_or_else(|| {
@@ -503,6 +515,23 @@ mod tests {
             limit: Some("a b".into()),
         };
         assert_eq!(parse_query(&query_string(&round)).unwrap(), round);
+    }
+
+    #[test]
+    fn a_descriptor_encoded_whole_is_read_too() {
+        // curl -G --data-urlencode descriptor=api_key=abc,model=gpt 4
+        let s = parse_query("domain=api&descriptor=api_key%3Dabc%2Cmodel%3Dgpt%204").unwrap();
+        assert_eq!(
+            s.entries,
+            vec![
+                ("api_key".to_string(), "abc".to_string()),
+                ("model".to_string(), "gpt 4".to_string())
+            ]
+        );
+        let e = parse_query("domain=d&descriptor=ab%2Ccd")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'ab' is not key=value"), "{e}");
     }
 
     #[test]

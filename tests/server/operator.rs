@@ -94,6 +94,20 @@ async fn counters_are_read_openly_without_a_token_file_and_never_reset_there() {
         ),
         (Some(2), Some(3))
     );
+    // The descriptor encoded whole, as `curl -G --data-urlencode descriptor=tenant=a` and
+    // Python's urlencode write it: the same counters.
+    let standard: serde_json::Value = http
+        .get(format!(
+            "{}/counters?domain=ops&descriptor=tenant%3Da",
+            bin.http_url
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(standard, body);
     // No reset on the admin port, with or without the form of one.
     let resp = http
         .post(format!(
