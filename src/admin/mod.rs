@@ -74,7 +74,32 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool, ui: bool) -> Rout
     } else {
         router.route("/json", post(json_disabled))
     };
-    router.with_state(state)
+    router
+        .layer(middleware::map_response(guarded_headers))
+        .with_state(state)
+}
+
+/// What every admin response carries for a browser: no content sniffing, never framed by
+/// another page (the status page's forms cannot be clickjacked), no referrer sent on.
+async fn guarded_headers(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        header::HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        header::HeaderValue::from_static("no-referrer"),
+    );
+    resp
 }
 
 /// The write listener's routes (`--admin-write-addr`): `POST /counters/reset`, token required.
@@ -86,6 +111,7 @@ pub fn write_router<S: Store>(state: Arc<AdminState<S>>) -> Router {
             state.token.clone(),
             token::guard_writes,
         ))
+        .layer(middleware::map_response(guarded_headers))
         .with_state(state)
 }
 

@@ -108,6 +108,32 @@ async fn counters_are_read_openly_without_a_token_file_and_never_reset_there() {
         .await
         .unwrap();
     assert_eq!(standard, body);
+    // Every admin response tells a browser not to sniff it, frame it or pass on the referrer.
+    for path in [
+        "/",
+        "/counters?domain=ops&descriptor=tenant=a",
+        "/healthz",
+        "/nowhere",
+    ] {
+        let resp = http
+            .get(format!("{}{path}", bin.http_url))
+            .send()
+            .await
+            .unwrap();
+        let h = resp.headers();
+        for (name, want) in [
+            ("x-content-type-options", "nosniff"),
+            ("x-frame-options", "DENY"),
+            ("content-security-policy", "frame-ancestors 'none'"),
+            ("referrer-policy", "no-referrer"),
+        ] {
+            assert_eq!(
+                h.get(name).and_then(|v| v.to_str().ok()),
+                Some(want),
+                "{path}: {h:?}"
+            );
+        }
+    }
     // No reset on the admin port, with or without the form of one.
     let resp = http
         .post(format!(
