@@ -24,9 +24,7 @@ use ring::digest::{Context, SHA256};
 
 use crate::algorithm::concurrency::SlotId;
 use crate::pb::rls::RateLimitRequest;
-
-/// Ids are two 52-bit numbers (see `service::slots`).
-const HALF: u64 = (1 << 52) - 1;
+use crate::service::slots::id_of;
 
 /// `req` with every entry keyed by one of `keys` emptied, and the id of the values they had:
 /// `None` when no descriptor has such an entry with a value (the request is not paired).
@@ -58,11 +56,8 @@ pub fn paired(req: &RateLimitRequest, keys: &[String]) -> Option<(SlotId, RateLi
         hash.update(s.as_bytes());
     }
     let digest = hash.finish();
-    let bytes = digest.as_ref();
-    let half = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default()) & HALF;
-    // Never (0, _), as `slots::new_id`.
-    let id = (half(&bytes[..8]).max(1), half(&bytes[8..16]));
-    Some((id, normal))
+    let first: [u8; 16] = digest.as_ref()[..16].try_into().unwrap_or_default();
+    Some((id_of(&first), normal))
 }
 
 #[cfg(test)]
@@ -147,7 +142,7 @@ mod tests {
             paired(&both, &keys).map(|p| p.0),
             paired(&one, &keys).map(|p| p.0)
         );
-        assert!(id.0 > 0 && id.0 <= HALF && id.1 <= HALF);
+        assert!(id.0 > 0 && id.0 < 1 << 52 && id.1 < 1 << 52);
     }
 
     #[test]

@@ -28,6 +28,13 @@ pub const RELEASE_KEY: &str = "tollgate.release";
 const ID_DIGITS: usize = 26;
 const HALF: u64 = (1 << 52) - 1;
 
+/// The id 16 bytes make: two 52-bit halves, the high one never 0 (`(0, 0)` is "no id").
+/// `new_id` seeds with random bytes, `service::paired` with a hash.
+pub fn id_of(bytes: &[u8; 16]) -> SlotId {
+    let half = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default()) & HALF;
+    (half(&bytes[..8]).max(1), half(&bytes[8..]))
+}
+
 /// A fresh slot id: this process's random 52 bits, then a counter that starts at a random
 /// point, so ids of two instances (or two runs) do not meet.
 pub fn new_id() -> SlotId {
@@ -40,9 +47,8 @@ pub fn new_id() -> SlotId {
             seed[..8].copy_from_slice(&now.to_le_bytes());
             seed[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
         }
-        let hi = u64::from_le_bytes(seed[..8].try_into().unwrap_or_default()) & HALF;
-        let lo = u64::from_le_bytes(seed[8..].try_into().unwrap_or_default()) & HALF;
-        (hi.max(1), AtomicU64::new(lo))
+        let (hi, lo) = id_of(&seed);
+        (hi, AtomicU64::new(lo))
     });
     let lo = next.fetch_add(1, Ordering::Relaxed) & HALF;
     (*hi, lo)

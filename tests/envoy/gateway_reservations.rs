@@ -12,13 +12,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use prometheus_parse::{Scrape, Value as Sample};
+use prometheus_parse::Scrape;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::envoy_gateway::tollgate;
 use super::fixture::unique;
-use super::slots::{generation_with, Generation};
+use super::slots::{generation_with, sum, Generation};
 use crate::support::binary::Binary;
 use crate::support::envoy::{admin, cluster, socket_address, Backend, Envoy};
 use crate::support::server::{http_client, ports};
@@ -146,18 +146,11 @@ async fn settles(tollgate: &Binary, result: &str) -> u64 {
         .await
         .expect("metrics body");
     let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text");
-    scrape
-        .samples
-        .iter()
-        .filter(|s| {
-            s.metric == "tollgate_reservation_settles_total"
-                && s.labels.get("result") == Some(result)
-        })
-        .map(|s| match s.value {
-            Sample::Counter(v) | Sample::Untyped(v) => v as u64,
-            _ => 0,
-        })
-        .sum()
+    sum(
+        &scrape,
+        "tollgate_reservation_settles_total",
+        &[("result", result)],
+    )
 }
 
 /// `n` generations of `tenant` started together: those admitted, and how many were refused.

@@ -44,6 +44,19 @@ pub struct Counts {
     pub calls: u64,
 }
 
+/// The sum of `metric`'s counters whose labels include `labels`.
+pub fn sum(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> u64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            Value::Counter(v) | Value::Untyped(v) => v as u64,
+            _ => 0,
+        })
+        .sum()
+}
+
 pub async fn counts(tollgate: &Binary, domain: &str) -> Counts {
     let text = http_client()
         .get(format!("{}/metrics", tollgate.http_url))
@@ -54,19 +67,7 @@ pub async fn counts(tollgate: &Binary, domain: &str) -> Counts {
         .await
         .expect("metrics body");
     let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text");
-    let sum = |metric: &str, labels: &[(&str, &str)]| -> u64 {
-        scrape
-            .samples
-            .iter()
-            .filter(|s| {
-                s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-            })
-            .map(|s| match s.value {
-                Value::Counter(v) | Value::Untyped(v) => v as u64,
-                _ => 0,
-            })
-            .sum()
-    };
+    let sum = |metric: &str, labels: &[(&str, &str)]| sum(&scrape, metric, labels);
     let releases = "tollgate_slot_operations_total";
     Counts {
         held: sum(releases, &[("op", "release"), ("held", "true")]),
