@@ -279,6 +279,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 },
                 local_cache_size: args.local_cache_size,
                 read_replicas: args.read_replicas,
+                wait_replicas: args.redis_wait_replicas,
                 metrics,
                 ca_file: args.redis_ca_file.clone(),
                 client_cert: args
@@ -287,6 +288,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     .zip(args.redis_client_key.clone()),
             };
             let store = RedisStore::connect(redis, Arc::new(SystemClock))?;
+            store
+                .check_wait_replicas(args.redis_connect_timeout * 3)
+                .await?;
             serve::start(opts, store.into(), shutdown).await?
         }
     };

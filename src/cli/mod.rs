@@ -296,6 +296,12 @@ pub struct ServeArgs {
     /// replicas; requests that charge always go to the primaries.
     #[arg(long, env = "TOLLGATE_READ_REPLICAS")]
     pub read_replicas: bool,
+    /// Answer a decision that charges only once this many replicas of the primary hold its
+    /// charges (Redis `WAIT` after each script call, within --redis-timeout); short of it,
+    /// the failure mode answers. 0 = off (Redis's asynchronous replication: a failover or a
+    /// partition can lose admitted charges).
+    #[arg(long, env = "TOLLGATE_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    pub redis_wait_replicas: u32,
     /// Entries in the local over-limit cache (Redis store); 0 disables it.
     #[arg(long, env = "TOLLGATE_LOCAL_CACHE_SIZE", default_value_t = 100_000)]
     pub local_cache_size: usize,

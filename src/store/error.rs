@@ -30,6 +30,9 @@ pub enum Cause {
     /// Refused before running (a slot migrating or a cluster failing over, past its retries; a
     /// call never sent): nothing of it ran.
     NotRun(String),
+    /// Ran, but fewer replicas than `--redis-wait-replicas` acknowledged it in time: a
+    /// failover may lose it.
+    NotReplicated { acked: u32, wanted: u32 },
 }
 
 /// How a connection failed.
@@ -45,14 +48,20 @@ pub enum Connection {
 }
 
 impl Cause {
-    /// The metric's and span's name for the cause: `timeout`, `connection`, `script` or
-    /// `not_run`.
+    /// The metric's and span's name for the cause: one of
+    /// [`FAILURE_CAUSES`](crate::telemetry::metrics::FAILURE_CAUSES).
     pub fn kind(&self) -> &'static str {
         match self {
             Cause::Timeout(_) => "timeout",
-            Cause::Connection(_) => "connection",
+            Cause::Connection(Connection::Refused) => "refused",
+            Cause::Connection(Connection::Reset) => "reset",
+            Cause::Connection(Connection::Tls(_)) => "tls",
+            Cause::Connection(Connection::Auth) => "auth",
+            Cause::Connection(Connection::Dns) => "dns",
+            Cause::Connection(Connection::Other(_)) => "io",
             Cause::Script(_) => "script",
             Cause::NotRun(_) => "not_run",
+            Cause::NotReplicated { .. } => "not_replicated",
         }
     }
 }
@@ -65,6 +74,10 @@ impl fmt::Display for Cause {
             Cause::Connection(c) => write!(f, "{c}"),
             Cause::Script(why) => write!(f, "script failed: {why}"),
             Cause::NotRun(why) => write!(f, "not run: {why}"),
+            Cause::NotReplicated { acked, wanted } => write!(
+                f,
+                "not replicated: {acked} of {wanted} replicas acknowledged in time"
+            ),
         }
     }
 }
@@ -128,7 +141,7 @@ mod tests {
             Cause::Connection(Connection::Refused),
         );
         assert_eq!(e.to_string(), "redis 127.0.0.1:6390: connection refused");
-        assert_eq!(e.cause.kind(), "connection");
+        assert_eq!(e.cause.kind(), "refused");
         let e = StoreError::new(
             "redis 127.0.0.1:6390",
             Cause::Timeout(Some(Duration::from_millis(10))),
@@ -138,5 +151,27 @@ mod tests {
             "redis 127.0.0.1:6390: did not answer within 10ms"
         );
         assert_eq!(e.cause.kind(), "timeout");
+    }
+
+    #[test]
+    fn every_cause_has_a_series_of_the_metric() {
+        use crate::telemetry::metrics::FAILURE_CAUSES;
+        let causes = [
+            Cause::Timeout(None),
+            Cause::Connection(Connection::Refused),
+            Cause::Connection(Connection::Reset),
+            Cause::Connection(Connection::Tls("x".into())),
+            Cause::Connection(Connection::Auth),
+            Cause::Connection(Connection::Dns),
+            Cause::Connection(Connection::Other("x".into())),
+            Cause::Script("x".into()),
+            Cause::NotRun("x".into()),
+            Cause::NotReplicated {
+                acked: 0,
+                wanted: 1,
+            },
+        ];
+        let kinds: Vec<&str> = causes.iter().map(Cause::kind).collect();
+        assert_eq!(kinds, FAILURE_CAUSES);
     }
 }

@@ -66,10 +66,32 @@ struct VersionLabels {
     version: String,
 }
 
+/// Why the store could not decide, as `tollgate_store_failures_total` names it (and the log
+/// line's `cause`, `/readyz`'s and the trace span's `error.type`).
+pub const FAILURE_CAUSES: [&str; 10] = [
+    "timeout",
+    "refused",
+    "reset",
+    "tls",
+    "auth",
+    "dns",
+    "io",
+    "script",
+    "not_run",
+    "not_replicated",
+];
+
+/// The causes that were all `connection` before they had names of their own.
+const CONNECTION_CAUSES: [&str; 6] = ["refused", "reset", "tls", "auth", "dns", "io"];
+
+/// Their old name, still counted (the sum of [`CONNECTION_CAUSES`]) until the next release,
+/// so alerts on it keep working; sums over `cause` leave it out.
+pub const OLD_CONNECTION_CAUSE: &str = "connection";
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
     policy: String,
-    /// timeout, connection, script or not_run (`StoreError`'s cause).
+    /// One of [`FAILURE_CAUSES`] (`StoreError`'s cause), or [`OLD_CONNECTION_CAUSE`].
     cause: String,
 }
 
@@ -110,6 +132,8 @@ pub struct Metrics {
     pub store_up: Gauge,
     /// 1 when a Redis primary's `maxmemory-policy` can evict live counters.
     pub store_eviction_risk: Gauge,
+    /// Redis primaries with fewer replicas connected than `--redis-wait-replicas`.
+    pub store_replicas_short: Gauge,
     pub ready: Gauge,
     config_reloads: Family<ResultLabels, Counter>,
     pub config_last_reload_success: Gauge<f64, AtomicU64>,
@@ -212,6 +236,12 @@ impl Metrics {
             "1 when a Redis primary's maxmemory-policy is not noeviction: live counters can be evicted (over-admission)",
             store_eviction_risk.clone(),
         );
+        let store_replicas_short = Gauge::default();
+        registry.register(
+            "tollgate_store_replicas_short",
+            "Redis primaries with fewer replicas connected than --redis-wait-replicas (decisions that charge there are answered by the failure policy)",
+            store_replicas_short.clone(),
+        );
         let ready = Gauge::default();
         registry.register(
             "tollgate_ready",
@@ -257,7 +287,7 @@ impl Metrics {
         let store_failures = Family::<PolicyLabels, Counter>::default();
         registry.register(
             "tollgate_store_failures",
-            "Requests the store could not decide, by the failure policy that answered and the cause (timeout, connection, script, not_run)",
+            "Requests the store could not decide, by the failure policy that answered and the cause (timeout, refused, reset, tls, auth, dns, io, script, not_run, not_replicated; connection: every refused, reset, tls, auth, dns and io again, until the next release)",
             store_failures.clone(),
         );
         let refunds = Counter::default();
@@ -322,7 +352,7 @@ impl Metrics {
         );
         // Every policy, cause and reload result shows from the start, at 0.
         for policy in ["error", "allow", "deny", "local"] {
-            for cause in ["timeout", "connection", "script", "not_run"] {
+            for cause in FAILURE_CAUSES.into_iter().chain([OLD_CONNECTION_CAUSE]) {
                 drop(store_failures.get_or_create(&PolicyLabels {
                     policy: policy.into(),
                     cause: cause.into(),
@@ -343,6 +373,7 @@ impl Metrics {
             store_duration,
             store_up,
             store_eviction_risk,
+            store_replicas_short,
             ready,
             config_reloads,
             config_last_reload_success,
@@ -477,14 +508,21 @@ impl Metrics {
         self.store_duration[i].observe(seconds);
     }
 
-    /// A request the failure policy `policy` answered.
+    /// A request the failure policy `policy` answered, for `cause` (one of
+    /// [`FAILURE_CAUSES`]). A connection's cause is counted under its old name too.
     pub fn store_failure(&self, policy: &str, cause: &str) {
-        self.store_failures
-            .get_or_create(&PolicyLabels {
-                policy: policy.into(),
-                cause: cause.into(),
-            })
-            .inc();
+        let count = |cause: &str| {
+            self.store_failures
+                .get_or_create(&PolicyLabels {
+                    policy: policy.into(),
+                    cause: cause.into(),
+                })
+                .inc();
+        };
+        count(cause);
+        if CONNECTION_CAUSES.contains(&cause) {
+            count(OLD_CONNECTION_CAUSE);
+        }
     }
 
     /// A config reload attempt.

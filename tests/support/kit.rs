@@ -95,6 +95,8 @@ pub struct RedisSetup {
     pub metrics: Arc<tollgate::telemetry::metrics::Metrics>,
     /// `--read-replicas`.
     pub read_replicas: bool,
+    /// `--redis-wait-replicas`.
+    pub wait_replicas: u32,
 }
 
 impl RedisSetup {
@@ -111,6 +113,7 @@ impl RedisSetup {
             client_cert: None,
             metrics: Arc::default(),
             read_replicas: false,
+            wait_replicas: 0,
         }
     }
 
@@ -127,6 +130,7 @@ impl RedisSetup {
                 local_cache_size: self.local_cache_size,
                 metrics: self.metrics,
                 read_replicas: self.read_replicas,
+                wait_replicas: self.wait_replicas,
                 ca_file: self.ca_file,
                 client_cert: self.client_cert,
             },

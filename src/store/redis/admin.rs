@@ -79,6 +79,7 @@ impl Inner {
             &self.admin_script,
             &self.migrations,
             retry_until,
+            None,
             request,
         )
         .await

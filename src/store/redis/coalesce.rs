@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::client::call_options;
+use super::durable::Wait;
 use super::error::SOMEWHERE;
 use super::inner::Inner;
 use super::script::{eval, unpack, unreadable, EvalError};
@@ -43,6 +44,8 @@ pub struct Queued {
     pub keys: Vec<Key>,
     pub arg: Value,
     pub retry_until: Instant,
+    /// `WAIT` after it ([`super::durable`]).
+    pub wait: Option<Wait>,
     reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
 }
 
@@ -77,6 +80,7 @@ pub fn join(
     keys: Vec<Key>,
     arg: Value,
     retry_until: Instant,
+    wait: Option<Wait>,
 ) -> (
     oneshot::Receiver<Result<Vec<i64>, StoreError>>,
     Option<Batch>,
@@ -86,6 +90,7 @@ pub fn join(
         keys,
         arg,
         retry_until,
+        wait,
         reply: tx,
     };
     let opened = OPEN.with_borrow_mut(|open| {
@@ -157,6 +162,7 @@ impl Inner {
     pub(super) async fn script_call(
         &self,
         retry_until: Instant,
+        wait: Option<Wait>,
         request: impl Fn() -> (Vec<Key>, Value),
     ) -> Result<Vec<i64>, StoreError> {
         if !here() {
@@ -168,6 +174,7 @@ impl Inner {
                 &self.script,
                 &self.migrations,
                 retry_until,
+                wait,
                 || {
                     let (keys, arg) = request();
                     (keys, vec![arg])
@@ -181,7 +188,7 @@ impl Inner {
             Some(k) if self.clients.clustered => redis_keyslot(k.as_bytes()),
             _ => 0,
         };
-        let (reply, opened) = join(self.clients.id, hash_slot, keys, arg, retry_until);
+        let (reply, opened) = join(self.clients.id, hash_slot, keys, arg, retry_until, wait);
         if let Some(opened) = opened {
             // This call sends the batch it opened, once every task ready on this thread has
             // run (and could join). A call is never cancelled halfway: a decision whose caller
@@ -211,12 +218,14 @@ impl Inner {
         // more often than its calls would. Refused, nothing of it ran: its calls are then sent
         // on their own, each retried and redirected as usual.
         let (keys, args) = combine(&calls);
+        let wait = calls.iter().fold(None, |w, c| Wait::later(w, c.wait));
         let reply = eval(
             &client,
             &options,
             &self.script,
             &self.migrations,
             Instant::now(),
+            wait,
             || (keys.clone(), args.clone()),
         )
         .await;
@@ -239,6 +248,7 @@ impl Inner {
             &self.script,
             &self.migrations,
             call.retry_until,
+            call.wait,
             || (call.keys.clone(), vec![call.arg.clone()]),
         )
         .await;
@@ -260,6 +270,7 @@ mod tests {
             keys: keys.iter().map(|k| Key::from(*k)).collect(),
             arg: Value::Integer(arg),
             retry_until: Instant::now(),
+            wait: None,
             reply: tx,
         };
         (call, rx)

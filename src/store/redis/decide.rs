@@ -19,6 +19,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::durable::{self, Wait};
 use super::error::SOMEWHERE;
 use super::inner::Inner;
 use super::lease;
@@ -199,8 +200,24 @@ impl Inner {
             let key = record_key_of(&specs[g.keys[0]].key, call.placed.slot);
             (key, record_life_us(g, specs) / 1000)
         });
+        // Charges are made durable; losing a refund, a release or a dry run admits nothing.
+        let wait = (self.opts.wait_replicas > 0
+            && !matches!(
+                mode,
+                Mode::DryRun | Mode::Refund | Mode::Unreserve | Mode::Release
+            ))
+        .then(|| Wait {
+            replicas: self.opts.wait_replicas,
+            until: durable::until(call.retry_until, self.opts.timeout),
+        });
+        if let Some(short) = wait
+            .as_ref()
+            .and_then(|w| self.short_of_replicas(w, &specs[g.keys[0]].key))
+        {
+            return Err(short);
+        }
         let reply = self
-            .script_call(call.retry_until, || {
+            .script_call(call.retry_until, wait, || {
                 let head = CallHead {
                     now: call.now,
                     mode,

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 use super::client::Clients;
 use super::error::classify;
+use super::replication;
 use super::script::Script;
 use crate::base::log_throttle;
 use crate::store::error::Cause;
@@ -47,10 +48,16 @@ pub struct Health {
     metrics: Arc<Metrics>,
     /// `--read-replicas`: upkeep waits until fred knows of the replicas.
     read_replicas: bool,
+    /// `--redis-wait-replicas`: upkeep counts each primary's connected replicas.
+    wait_replicas: u32,
+    /// Primaries with fewer replicas connected than `wait_replicas`, as `/readyz` says it.
+    replicas_warning: Mutex<Option<String>>,
+    /// Those primaries (`host:port`, or the URL's host on a single node), and how many they have.
+    short: Mutex<Vec<(String, usize)>>,
 }
 
 impl Health {
-    pub fn new(metrics: Arc<Metrics>, read_replicas: bool) -> Health {
+    pub fn new(metrics: Arc<Metrics>, read_replicas: bool, wait_replicas: u32) -> Health {
         Health {
             ready: AtomicBool::new(false),
             reason: Mutex::new(Some(StoreError::new(
@@ -61,6 +68,9 @@ impl Health {
             ticks: AtomicU64::new(0),
             metrics,
             read_replicas,
+            wait_replicas,
+            replicas_warning: Mutex::new(None),
+            short: Mutex::new(Vec::new()),
         }
     }
 
@@ -72,8 +82,13 @@ impl Health {
         self.reason.lock().clone()
     }
 
+    /// Every risk worth showing while ready, on one line.
     pub fn warning(&self) -> Option<String> {
-        self.eviction_warning.lock().clone()
+        let warnings: Vec<String> = [&self.eviction_warning, &self.replicas_warning]
+            .iter()
+            .filter_map(|w| w.lock().clone())
+            .collect();
+        (!warnings.is_empty()).then(|| warnings.join("; "))
     }
 
     /// One upkeep round: probe, re-sync the topology when due, reload `script` after
@@ -96,6 +111,9 @@ impl Health {
         }
         if now && (!was || ticks.is_multiple_of(EVICTION_EVERY_TICKS)) {
             self.check_eviction_policy(clients).await;
+        }
+        if now && self.wait_replicas > 0 {
+            self.count_replicas(clients, !was).await;
         }
         if now && self.read_replicas {
             // fred routes to the replicas its copy of CLUSTER SLOTS names, and a primary lists
@@ -123,6 +141,43 @@ impl Health {
         }
         *self.reason.lock() = probed.err();
         self.ready.store(now, Ordering::Relaxed);
+    }
+
+    /// Counts each primary's connected replicas for `--redis-wait-replicas` (warned about, shown
+    /// on `/readyz` and as a metric while short). On `first`, the first round Redis answered,
+    /// also says when no decision could ever be answered (fewer replicas than wanted at all).
+    async fn count_replicas(&self, clients: &Clients, first: bool) {
+        let wanted = self.wait_replicas;
+        if first {
+            if let Err(e) = replication::check(clients, wanted).await {
+                tracing::error!(error = %e, "no decision that charges can be answered");
+            }
+        }
+        let connected = replication::replicas(clients, false).await;
+        let short: Vec<(String, usize)> = connected
+            .iter()
+            .filter(|(_, n)| *n < wanted as usize)
+            .cloned()
+            .collect();
+        self.metrics.store_replicas_short.set(short.len() as i64);
+        let warning = replication::shortfall(wanted, &short);
+        *self.short.lock() = short;
+        if let Some(w) = &warning {
+            if let Some(suppressed) = log_throttle::due("redis_replicas_short") {
+                tracing::warn!(warning = %w, suppressed, "redis replicas short");
+            }
+        }
+        *self.replicas_warning.lock() = warning;
+    }
+
+    /// How many replicas `primary` had connected at the last count, when fewer than
+    /// `--redis-wait-replicas` (on a single node `primary` is `None`).
+    pub fn replicas_short(&self, primary: Option<&str>) -> Option<usize> {
+        let short = self.short.lock();
+        match primary {
+            None => short.first().map(|(_, n)| *n),
+            Some(p) => short.iter().find(|(s, _)| s == p).map(|(_, n)| *n),
+        }
     }
 
     /// Pings every primary through every client (the serving threads' too: a call on any

@@ -12,7 +12,8 @@
 //! share ([`inner`]); the fred clients, one per serving thread ([`client`]); deciding a
 //! request, refunds and the caller's deadline ([`decide`]); a group of leased shared limits
 //! ([`leased`], its units' bookkeeping in [`lease`]); sending scripts, many calls' in one
-//! `EVALSHA` ([`coalesce`]); the script's arguments and replies ([`script`]); the operator's
+//! `EVALSHA` ([`coalesce`]); the script's arguments and replies ([`script`]); `WAIT` for replicas
+//! after a call that charges ([`durable`]); the operator's
 //! reads and resets ([`admin`]); replica reads ([`replicas`]); readiness, topology and script
 //! loading ([`health`]); a hash slot being migrated ([`migration`]); the over-limit cache that
 //! lets an exhausted key skip Redis ([`local_cache`]); fred's errors ([`error`]); URLs
@@ -22,6 +23,7 @@ mod admin;
 mod client;
 mod coalesce;
 mod decide;
+mod durable;
 pub mod error;
 mod health;
 mod inner;
@@ -31,6 +33,7 @@ pub mod local_cache;
 mod migration;
 pub mod options;
 mod replicas;
+pub mod replication;
 pub mod script;
 mod tls;
 pub mod url;
@@ -111,7 +114,7 @@ impl RedisStore {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 clients,
-                health: Health::new(opts.metrics.clone(), opts.read_replicas),
+                health: Health::new(opts.metrics.clone(), opts.read_replicas, opts.wait_replicas),
                 script: Script::tollgate(),
                 admin_script: Script::admin(),
                 cache: LocalCache::new(opts.local_cache_size),
@@ -125,5 +128,27 @@ impl RedisStore {
                 wall,
             }),
         })
+    }
+
+    /// Refuses a `--redis-wait-replicas` that no decision could meet (a primary with fewer
+    /// replicas than that at all), once Redis answers within `within`. `Ok` when it is met, off,
+    /// or Redis did not answer in time (upkeep checks again when it does, and logs an error).
+    pub async fn check_wait_replicas(
+        &self,
+        within: std::time::Duration,
+    ) -> Result<(), replication::TooFewReplicas> {
+        let inner = &self.inner;
+        if inner.opts.wait_replicas == 0 {
+            return Ok(());
+        }
+        use fred::interfaces::ClientLike;
+        let main = inner.clients.main();
+        if tokio::time::timeout(within, main.wait_for_connect())
+            .await
+            .map_or(true, |r| r.is_err())
+        {
+            return Ok(());
+        }
+        replication::check(&inner.clients, inner.opts.wait_replicas).await
     }
 }

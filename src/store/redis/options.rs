@@ -48,4 +48,7 @@ pub struct RedisOptions {
     pub client_cert: Option<(PathBuf, PathBuf)>,
     /// Redis Cluster: answer requests that charge nothing (every cost 0) from replicas.
     pub read_replicas: bool,
+    /// `--redis-wait-replicas`: a call that charges is answered only once this many replicas
+    /// acknowledged it (Redis `WAIT` after the script, on its connection); 0 = off.
+    pub wait_replicas: u32,
 }

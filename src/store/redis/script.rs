@@ -14,6 +14,7 @@ use fred::types::config::Options;
 use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
+use super::durable::{self, Wait};
 use super::error::{classify, SOMEWHERE};
 use super::migration::{self, Migrations};
 use crate::algorithm::concurrency::{Held, SlotId, Slots};
@@ -88,7 +89,8 @@ impl From<EvalError> for StoreError {
     }
 }
 
-/// `EVALSHA`, loading the script on every primary and retrying once on NOSCRIPT; retries
+/// `EVALSHA` (then, with `wait`, `WAIT` on its connection: [`durable`]), loading the script on
+/// every primary and retrying once on NOSCRIPT; retries
 /// TRYAGAIN / CLUSTERDOWN (resharding, failover) until `retry_until`, and follows a hash slot that
 /// is migrating to the node importing it ([`migration`]).
 pub async fn eval<R: FromValue>(
@@ -97,6 +99,7 @@ pub async fn eval<R: FromValue>(
     script: &Script,
     migrations: &Migrations,
     retry_until: Instant,
+    wait: Option<Wait>,
     request: impl Fn() -> (Vec<Key>, Vec<Value>),
 ) -> Result<R, EvalError> {
     let mut loaded = false;
@@ -107,15 +110,41 @@ pub async fn eval<R: FromValue>(
         // Built per attempt: a retry is rare, and the first attempt moves its buffers.
         let (keys, args) = request();
         let hash_slot = keys.first().map_or(0, |k| redis_keyslot(k.as_bytes()));
-        let res: Result<R, Error> = match &asking {
-            None => {
+        let res: Result<R, Error> = match (&asking, &wait) {
+            (None, None) => {
                 client
                     .with_options(options)
                     .evalsha(&script.sha, keys, args)
                     .await
             }
-            Some((_, node)) => {
+            (Some((_, node)), None) => {
                 migration::evalsha_asking(client, options, node, &script.sha, keys, args).await
+            }
+            (asking, Some(wait)) => {
+                let node = match asking {
+                    Some((_, node)) => Some(node.clone()),
+                    None => durable::owner(client, hash_slot),
+                };
+                let sent = durable::evalsha_then_wait(
+                    client,
+                    options,
+                    node.clone(),
+                    hash_slot,
+                    asking.is_some(),
+                    &script.sha,
+                    keys,
+                    args,
+                    wait,
+                )
+                .await;
+                match sent {
+                    Ok((reply, acked)) => {
+                        // Ran, and maybe lost: the failure policy answers.
+                        wait.check(acked, &node).map_err(EvalError::Failed)?;
+                        reply.convert()
+                    }
+                    Err(e) => Err(e),
+                }
             }
         };
         match res {

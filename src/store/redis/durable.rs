@@ -1,0 +1,168 @@
+//! Charges that survive a failover (`--redis-wait-replicas N`): a script call that charges is
+//! followed by Redis `WAIT N <ms>` on the same connection, and its answer counts only once `N`
+//! replicas acknowledged every write that connection made (so the script's too).
+//!
+//! `WAIT` cannot run inside a script, and on a cluster it must reach the node that ran the
+//! script on the connection that sent it: [`evalsha_then_wait`] writes `[ASKING,] EVALSHA,
+//! WAIT` as one pipeline to one node (fred keeps one connection per node per client and writes
+//! a pipeline back to back), so a redirect retried by [`super::script::eval`] is followed by a
+//! `WAIT` on the node that finally ran it. Fewer acknowledgements than `N` by the deadline is
+//! [`Cause::NotReplicated`]: the charge may survive or be lost, so the failure policy answers.
+//!
+//! A `WAIT` holds its connection in Redis: the commands behind it on that connection (other
+//! decisions' scripts, pipelined by fred) run once it returns, one replica round trip later,
+//! or at its timeout, which is never past the decision's deadline (`--redis-timeout`). Calls
+//! that arrive together share one `EVALSHA` and one `WAIT` ([`super::coalesce`]).
+
+use std::time::Duration;
+
+use fred::clients::Pipeline;
+use fred::prelude::*;
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand};
+use fred::util::redis_keyslot;
+use tokio::time::Instant;
+
+use super::inner::Inner;
+
+use crate::store::error::Cause;
+use crate::store::error::StoreError;
+
+/// How many replicas must acknowledge a call, and by when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    pub replicas: u32,
+    pub until: Instant,
+}
+
+impl Wait {
+    /// `WAIT`'s timeout: the time left until `until`, at least 1 ms (0 would block forever).
+    fn timeout_ms(&self) -> i64 {
+        let left = self.until.saturating_duration_since(Instant::now());
+        left.as_millis().clamp(1, i64::MAX as u128) as i64
+    }
+
+    /// The later of two waits (a batch waits as long as its most patient call).
+    pub fn later(a: Option<Wait>, b: Option<Wait>) -> Option<Wait> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if a.until >= b.until { a } else { b }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A `WAIT` of `acked` replicas: fine, or the call's failure.
+    pub fn check(&self, acked: i64, place: &Option<Server>) -> Result<(), StoreError> {
+        if acked >= i64::from(self.replicas) {
+            return Ok(());
+        }
+        let place = match place {
+            Some(s) => format!("redis {}:{}", s.host, s.port),
+            None => super::error::SOMEWHERE.to_string(),
+        };
+        Err(StoreError::new(
+            place,
+            Cause::NotReplicated {
+                acked: acked.max(0) as u32,
+                wanted: self.replicas,
+            },
+        ))
+    }
+}
+
+/// The deadline of a call's `WAIT`: a fifth of `timeout` (`--redis-timeout`) before the call's
+/// own deadline, so a short count is answered as such before the decision times out, and never
+/// more than `timeout` away (a `WAIT` holds its connection). Redis ends a `WAIT` that falls
+/// short on its next `hz` tick (every 100 ms by default; docs/redis.md).
+pub fn until(call_until: Instant, timeout: Duration) -> Instant {
+    let until = call_until.min(Instant::now() + timeout);
+    until.checked_sub(timeout / 5).unwrap_or(until)
+}
+
+/// `[ASKING,] EVALSHA sha keys args` then `WAIT`, as one pipeline on `node` (on a cluster: the
+/// hash slot's owner, or the node importing it when `asking`; `None` on a single node). The
+/// script's reply, and how many replicas acknowledged.
+#[allow(clippy::too_many_arguments)]
+pub async fn evalsha_then_wait(
+    client: &Client,
+    options: &Options,
+    node: Option<Server>,
+    hash_slot: u16,
+    asking: bool,
+    sha: &str,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    wait: &Wait,
+) -> Result<(Value, i64), Error> {
+    let options = Options {
+        cluster_node: node,
+        ..options.clone()
+    };
+    let pipeline = Pipeline::from(client.with_options(&options));
+    if asking {
+        let asking = CustomCommand::new_static("ASKING", ClusterHash::Custom(hash_slot), false);
+        pipeline.custom::<(), Value>(asking, Vec::new()).await?;
+    }
+    let mut command: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+    command.push(Value::from(sha));
+    command.push(Value::Integer(keys.len() as i64));
+    command.extend(keys.into_iter().map(Value::from));
+    command.extend(args);
+    let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(hash_slot), false);
+    pipeline.custom::<(), Value>(evalsha, command).await?;
+    let wait_cmd = CustomCommand::new_static("WAIT", ClusterHash::Custom(hash_slot), false);
+    let wait_args = vec![
+        Value::Integer(i64::from(wait.replicas)),
+        Value::Integer(wait.timeout_ms()),
+    ];
+    pipeline.custom::<(), Value>(wait_cmd, wait_args).await?;
+    let mut replies = pipeline.try_all::<Value>().await;
+    if replies.len() != 2 + usize::from(asking) {
+        return Err(Error::new(
+            ErrorKind::Unknown,
+            "unexpected pipeline reply (EVALSHA then WAIT)",
+        ));
+    }
+    let acked = replies.pop().expect("WAIT's reply");
+    let script = replies.pop().expect("EVALSHA's reply")?;
+    let acked = match acked? {
+        Value::Integer(n) => n,
+        other => {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!("WAIT answered {other:?}"),
+            ))
+        }
+    };
+    Ok((script, acked))
+}
+
+impl Inner {
+    /// A group's call with `wait`, when its primary had fewer replicas connected than wanted at
+    /// upkeep's last count: failed at once, before it charges anything (its `WAIT` could only
+    /// fall short, and would hold the connection until its timeout meanwhile).
+    pub(super) fn short_of_replicas(&self, wait: &Wait, first_key: &str) -> Option<StoreError> {
+        let (primary, place) = if self.clients.clustered {
+            let node = owner(self.clients.main(), redis_keyslot(first_key.as_bytes()))?;
+            let name = format!("{}:{}", node.host, node.port);
+            (Some(name.clone()), format!("redis {name}"))
+        } else {
+            (None, format!("redis {}", self.clients.host))
+        };
+        let acked = self.health.replicas_short(primary.as_deref())?;
+        Some(StoreError::new(
+            place,
+            Cause::NotReplicated {
+                acked: acked as u32,
+                wanted: wait.replicas,
+            },
+        ))
+    }
+}
+
+/// The node a hash slot's calls go to, as the client last saw the topology (`None` on a single
+/// node, or when no topology is known: the pipeline then routes by the hash slot).
+pub fn owner(client: &Client, hash_slot: u16) -> Option<Server> {
+    client
+        .cached_cluster_state()
+        .and_then(|s| s.get_server(hash_slot).cloned())
+}
