@@ -257,6 +257,9 @@ async fn start_serving(
             .await;
     }
     let ready = Arc::new(AtomicBool::new(false));
+    // Readiness must reflect the store before `follow_readiness` first reports it (its first
+    // line would otherwise name the store's reason before the store first looked).
+    store.maintain().await;
     tokio::spawn(follow_readiness(
         store.clone(),
         opts.ready_needs_config.then(|| config.clone()),
@@ -265,8 +268,6 @@ async fn start_serving(
         reporter,
         metrics.clone(),
     ));
-    // Readiness must reflect the store before the first probe of `follow_readiness`.
-    store.maintain().await;
     tokio::spawn(upkeep(store.clone(), shutdown.clone()));
 
     let drain = {

@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod durability;
 mod matrix;
 mod pause;
 mod sentinel;

@@ -249,6 +249,13 @@ async fn ping_with(clients: &Clients, client: &Client) -> Result<(), StoreError>
         cluster_node: server,
         ..Default::default()
     };
+    if !client.is_connected() && last_connection_error(clients).is_none() {
+        // Still connecting (at start, or reconnecting): a ping fails as "closed" before fred
+        // reports why; the attempt's own error names the cause (refused, TLS, …).
+        if let Ok(Err(e)) = tokio::time::timeout(PROBE_TIMEOUT, client.wait_for_connect()).await {
+            return Err(classify(&e, None, &clients.host));
+        }
+    }
     if !client.is_clustered() {
         let pong: Result<String, Error> = client.with_options(&opts(None)).ping(None).await;
         return pong.map(drop).map_err(|e| reason_for(clients, &e, None));
