@@ -134,6 +134,8 @@ pub struct Metrics {
     pub store_eviction_risk: Gauge,
     /// Redis primaries with fewer replicas connected than `--redis-wait-replicas`.
     pub store_replicas_short: Gauge,
+    /// Redis primaries found to have come back without their data.
+    pub store_data_lost: Counter,
     pub ready: Gauge,
     config_reloads: Family<ResultLabels, Counter>,
     pub config_last_reload_success: Gauge<f64, AtomicU64>,
@@ -241,6 +243,12 @@ impl Metrics {
             "tollgate_store_replicas_short",
             "Redis primaries with fewer replicas connected than --redis-wait-replicas (decisions that charge there are answered by the failure policy)",
             store_replicas_short.clone(),
+        );
+        let store_data_lost = Counter::default();
+        registry.register(
+            "tollgate_store_data_lost",
+            "Times a Redis primary came back without its data (tollgate's marker key gone: restarted without persistence, a failed sync, a flush); its counters restarted from zero",
+            store_data_lost.clone(),
         );
         let ready = Gauge::default();
         registry.register(
@@ -374,6 +382,7 @@ impl Metrics {
             store_up,
             store_eviction_risk,
             store_replicas_short,
+            store_data_lost,
             ready,
             config_reloads,
             config_last_reload_success,

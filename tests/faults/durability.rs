@@ -264,3 +264,91 @@ async fn a_refused_connection_is_named_refused_everywhere() {
         "a refused connection named otherwise:\n{logged}"
     );
 }
+
+/// A store on `redis` with the local cache off, its metrics, and a server on it.
+async fn watched(url: &str) -> (TestServer, Arc<tollgate::telemetry::metrics::Metrics>) {
+    let mut setup = RedisSetup::new(url.to_string(), &ManualClock::new(0));
+    setup.clock = ClockSource::Redis;
+    setup.wall = Arc::new(SystemClock);
+    let metrics = setup.metrics.clone();
+    let server = start_ready(Arc::new(setup.connect()), FailureMode::Error).await;
+    (server, metrics)
+}
+
+/// Waits until upkeep has written the marker on every primary (`ports`).
+fn wait_markers(ports: &[u16]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ports.iter().all(|&p| {
+        !crate::support::redis::cli_on(p, &["--scan", "--pattern", "*marker:{m*"])
+            .trim()
+            .is_empty()
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "markers never written on {ports:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `/readyz`'s body.
+async fn readyz(server: &TestServer) -> String {
+    http_client()
+        .get(server.http_url("/readyz"))
+        .send()
+        .await
+        .expect("/readyz")
+        .text()
+        .await
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redis_restarted_without_persistence_is_reported_as_data_lost() {
+    let mut redis = blocking(RedisServer::start);
+    let (server, metrics) = watched(&redis.url()).await;
+    blocking(|| wait_markers(&[redis.port()]));
+    blocking(|| redis.restart());
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while metrics.store_data_lost.get() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the empty restart was never reported"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = readyz(&server).await;
+    assert!(
+        body.starts_with("OK") && body.contains("came back without its data"),
+        "{body}"
+    );
+    assert_eq!(metrics.store_data_lost.get(), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_with_aof_and_a_clean_failover_are_not_data_lost() {
+    let mut aof = blocking(|| {
+        RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"], false)
+    });
+    let cluster = blocking(|| RedisCluster::start(3, 1));
+    let (aof_server, aof_metrics) = watched(&aof.url()).await;
+    let (cluster_server, cluster_metrics) = watched(&cluster.seed_url()).await;
+    blocking(|| {
+        wait_markers(&[aof.port()]);
+        wait_markers(&cluster.masters());
+        aof.restart();
+        let replica = cluster.replicas()[0];
+        cluster.failover(replica);
+    });
+    // Several marker rounds (every ~2 s) after both.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(aof_metrics.store_data_lost.get(), 0, "AOF restart");
+    assert_eq!(cluster_metrics.store_data_lost.get(), 0, "clean failover");
+    for server in [&aof_server, &cluster_server] {
+        let body = readyz(server).await;
+        assert!(!body.contains("without its data"), "{body}");
+    }
+    aof_server.stop().await;
+    cluster_server.stop().await;
+}

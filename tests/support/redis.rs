@@ -683,7 +683,7 @@ pub fn evalsha_calls_on(port: u16) -> u64 {
         .unwrap_or(0)
 }
 
-fn cli_on(port: u16, args: &[&str]) -> String {
+pub fn cli_on(port: u16, args: &[&str]) -> String {
     let output = run_bounded(
         Command::new("redis-cli")
             .arg("-p")

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 use super::client::Clients;
 use super::error::classify;
+use super::marker::Markers;
 use super::replication;
 use super::script::Script;
 use crate::base::log_throttle;
@@ -28,6 +29,9 @@ use crate::telemetry::metrics::Metrics;
 
 /// Upkeep rounds between periodic cluster topology syncs (about ten seconds).
 const SYNC_EVERY_TICKS: u64 = 20;
+
+/// Upkeep rounds between marker checks (about two seconds).
+const MARKER_EVERY_TICKS: u64 = 4;
 
 /// Upkeep rounds between eviction-policy checks (about a minute).
 const EVICTION_EVERY_TICKS: u64 = 120;
@@ -54,10 +58,18 @@ pub struct Health {
     replicas_warning: Mutex<Option<String>>,
     /// Those primaries (`host:port`, or the URL's host on a single node), and how many they have.
     short: Mutex<Vec<(String, usize)>>,
+    /// The markers that tell a Redis came back empty, under `--redis-key-prefix`.
+    markers: Markers,
+    key_prefix: String,
 }
 
 impl Health {
-    pub fn new(metrics: Arc<Metrics>, read_replicas: bool, wait_replicas: u32) -> Health {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        read_replicas: bool,
+        wait_replicas: u32,
+        key_prefix: String,
+    ) -> Health {
         Health {
             ready: AtomicBool::new(false),
             reason: Mutex::new(Some(StoreError::new(
@@ -71,6 +83,8 @@ impl Health {
             wait_replicas,
             replicas_warning: Mutex::new(None),
             short: Mutex::new(Vec::new()),
+            markers: Markers::default(),
+            key_prefix,
         }
     }
 
@@ -87,6 +101,7 @@ impl Health {
         let warnings: Vec<String> = [&self.eviction_warning, &self.replicas_warning]
             .iter()
             .filter_map(|w| w.lock().clone())
+            .chain(self.markers.warning())
             .collect();
         (!warnings.is_empty()).then(|| warnings.join("; "))
     }
@@ -111,6 +126,15 @@ impl Health {
         }
         if now && (!was || ticks.is_multiple_of(EVICTION_EVERY_TICKS)) {
             self.check_eviction_policy(clients).await;
+        }
+        if now && ticks.is_multiple_of(MARKER_EVERY_TICKS) {
+            for node in self.markers.check(clients, &self.key_prefix).await {
+                self.metrics.store_data_lost.inc();
+                tracing::warn!(
+                    node = %format!("redis {node}"),
+                    "redis came back without its data (tollgate's marker key is gone): every counter there restarted from zero"
+                );
+            }
         }
         if now && self.wait_replicas > 0 {
             self.count_replicas(clients, !was).await;

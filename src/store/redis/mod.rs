@@ -12,12 +12,13 @@
 //! share ([`inner`]); the fred clients, one per serving thread ([`client`]); deciding a
 //! request, refunds and the caller's deadline ([`decide`]); a group of leased shared limits
 //! ([`leased`], its units' bookkeeping in [`lease`]); sending scripts, many calls' in one
-//! `EVALSHA` ([`coalesce`]); the script's arguments and replies ([`script`]); `WAIT` for replicas
-//! after a call that charges ([`durable`]); the operator's
-//! reads and resets ([`admin`]); replica reads ([`replicas`]); readiness, topology and script
-//! loading ([`health`]); a hash slot being migrated ([`migration`]); the over-limit cache that
-//! lets an exhausted key skip Redis ([`local_cache`]); fred's errors ([`error`]); URLs
-//! ([`url`]) and TLS ([`tls`]).
+//! `EVALSHA` ([`coalesce`]); the script's arguments and replies ([`script`]); `WAIT` for
+//! replicas after a call that charges ([`durable`]) and the replicas it counts on
+//! ([`replication`]); the operator's reads and resets ([`admin`]); replica reads
+//! ([`replicas`]); readiness, topology and script loading ([`health`]); the marker that tells
+//! a Redis came back empty ([`marker`]); a hash slot being migrated ([`migration`]); the
+//! over-limit cache that lets an exhausted key skip Redis ([`local_cache`]); fred's errors
+//! ([`error`]); URLs ([`url`]) and TLS ([`tls`]).
 
 mod admin;
 mod client;
@@ -30,6 +31,7 @@ mod inner;
 mod lease;
 mod leased;
 pub mod local_cache;
+mod marker;
 mod migration;
 pub mod options;
 mod replicas;
@@ -114,7 +116,12 @@ impl RedisStore {
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 clients,
-                health: Health::new(opts.metrics.clone(), opts.read_replicas, opts.wait_replicas),
+                health: Health::new(
+                    opts.metrics.clone(),
+                    opts.read_replicas,
+                    opts.wait_replicas,
+                    opts.key_prefix.clone(),
+                ),
                 script: Script::tollgate(),
                 admin_script: Script::admin(),
                 cache: LocalCache::new(opts.local_cache_size),
