@@ -11,6 +11,7 @@
 pub mod binary;
 pub mod envoy;
 pub mod kit;
+pub mod netcut;
 pub mod pki;
 pub mod process;
 pub mod redis;

@@ -4,8 +4,8 @@
 //!
 //! `WAIT` cannot run inside a script, and on a cluster it must reach the node that ran the
 //! script on the connection that sent it: [`evalsha_then_wait`] writes `[ASKING,] EVALSHA,
-//! WAIT` as one pipeline to one node (fred keeps one connection per node per client and writes
-//! a pipeline back to back), so a redirect retried by [`super::script::eval`] is followed by a
+//! WAIT` as one pipeline routed by one hash slot (fred keeps one connection per node per client
+//! and writes a pipeline's commands back to back), so a redirect retried by [`super::script::eval`] is followed by a
 //! `WAIT` on the node that finally ran it. Fewer acknowledgements than `N` by the deadline is
 //! [`Cause::NotReplicated`]: the charge may survive or be lost, so the failure policy answers.
 //!
@@ -78,27 +78,29 @@ pub fn until(call_until: Instant, timeout: Duration) -> Instant {
     until.checked_sub(timeout / 5).unwrap_or(until)
 }
 
-/// `[ASKING,] EVALSHA sha keys args` then `WAIT`, as one pipeline on `node` (on a cluster: the
-/// hash slot's owner, or the node importing it when `asking`; `None` on a single node). The
-/// script's reply, and how many replicas acknowledged.
+/// `[ASKING,] EVALSHA sha keys args` then `WAIT`, as one pipeline: routed by `hash_slot` as a
+/// plain `EVALSHA` is, or, when `asking`, to the node importing the slot. The script's reply,
+/// and how many replicas acknowledged.
 #[allow(clippy::too_many_arguments)]
 pub async fn evalsha_then_wait(
     client: &Client,
     options: &Options,
-    node: Option<Server>,
+    asking: Option<&Server>,
     hash_slot: u16,
-    asking: bool,
     sha: &str,
     keys: Vec<Key>,
     args: Vec<Value>,
     wait: &Wait,
 ) -> Result<(Value, i64), Error> {
+    // A node named outright (`cluster_node`) that fred has no connection to sends fred's router
+    // reconnecting in a loop (seen while a cut-off primary failed over): only the importing
+    // node, which just answered ASK, is named.
     let options = Options {
-        cluster_node: node,
+        cluster_node: asking.cloned(),
         ..options.clone()
     };
     let pipeline = Pipeline::from(client.with_options(&options));
-    if asking {
+    if asking.is_some() {
         let asking = CustomCommand::new_static("ASKING", ClusterHash::Custom(hash_slot), false);
         pipeline.custom::<(), Value>(asking, Vec::new()).await?;
     }
@@ -116,7 +118,7 @@ pub async fn evalsha_then_wait(
     ];
     pipeline.custom::<(), Value>(wait_cmd, wait_args).await?;
     let mut replies = pipeline.try_all::<Value>().await;
-    if replies.len() != 2 + usize::from(asking) {
+    if replies.len() != 2 + usize::from(asking.is_some()) {
         return Err(Error::new(
             ErrorKind::Unknown,
             "unexpected pipeline reply (EVALSHA then WAIT)",

@@ -121,16 +121,15 @@ pub async fn eval<R: FromValue>(
                 migration::evalsha_asking(client, options, node, &script.sha, keys, args).await
             }
             (asking, Some(wait)) => {
-                let node = match asking {
-                    Some((_, node)) => Some(node.clone()),
-                    None => durable::owner(client, hash_slot),
-                };
+                let asking = asking.as_ref().map(|(_, node)| node);
+                let node = asking
+                    .cloned()
+                    .or_else(|| durable::owner(client, hash_slot));
                 let sent = durable::evalsha_then_wait(
                     client,
                     options,
-                    node.clone(),
+                    asking,
                     hash_slot,
-                    asking.is_some(),
                     &script.sha,
                     keys,
                     args,
