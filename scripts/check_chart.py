@@ -532,6 +532,7 @@ def case_expectations(c: Case) -> None:
     elif c.name == "redis":
         R.check({"HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor", "NetworkPolicy"} <= set(kinds), "redis: HPA, PDB, ServiceMonitor, NetworkPolicy", str(kinds))
         R.check(env.get("TOLLGATE_REDIS_URL") == "redis://redis.default.svc.cluster.local:6379", "redis: TOLLGATE_REDIS_URL")
+        R.check(env.get("TOLLGATE_REDIS_WAIT_REPLICAS") == "1", "redis: waitReplicas passed as TOLLGATE_REDIS_WAIT_REPLICAS")
         R.check(env.get("TOLLGATE_REDIS_PASSWORD_FILE") == "/var/run/secrets/tollgate/redis/password", "redis: password file")
         R.check(env.get("TOLLGATE_REDIS_CA_FILE") == "/var/run/secrets/tollgate/redis-tls/ca.crt"
                 and env.get("TOLLGATE_REDIS_CLIENT_CERT", "").endswith("/tls.crt") and env.get("TOLLGATE_REDIS_CLIENT_KEY", "").endswith("/tls.key"),

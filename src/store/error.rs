@@ -30,9 +30,10 @@ pub enum Cause {
     /// Refused before running (a slot migrating or a cluster failing over, past its retries; a
     /// call never sent): nothing of it ran.
     NotRun(String),
-    /// Ran, but fewer replicas than `--redis-wait-replicas` acknowledged it in time: a
-    /// failover may lose it.
-    NotReplicated { acked: u32, wanted: u32 },
+    /// Fewer replicas than `--redis-wait-replicas` (`wanted`) hold it: `Some(n)`, it ran and
+    /// `n` acknowledged it in time (a failover may lose it); `None`, its primary had fewer
+    /// connected and it was not sent.
+    NotReplicated { acked: Option<u32>, wanted: u32 },
 }
 
 /// How a connection failed.
@@ -74,9 +75,19 @@ impl fmt::Display for Cause {
             Cause::Connection(c) => write!(f, "{c}"),
             Cause::Script(why) => write!(f, "script failed: {why}"),
             Cause::NotRun(why) => write!(f, "not run: {why}"),
-            Cause::NotReplicated { acked, wanted } => write!(
+            Cause::NotReplicated {
+                acked: Some(acked),
+                wanted,
+            } => write!(
                 f,
                 "not replicated: {acked} of {wanted} replicas acknowledged in time"
+            ),
+            Cause::NotReplicated {
+                acked: None,
+                wanted,
+            } => write!(
+                f,
+                "not replicated: fewer than {wanted} replicas connected (not sent)"
             ),
         }
     }

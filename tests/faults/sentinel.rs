@@ -141,6 +141,33 @@ async fn sentinel_failover_is_followed_without_a_restart() {
         "the counter is in the primary the sentinels name"
     );
 
+    // --redis-wait-replicas 1 through Sentinel: decided while the primary has its replica.
+    let durable = {
+        let mut setup = RedisSetup::new(url.clone(), &ManualClock::new(0));
+        setup.key_prefix = "sentinel-durable:".into();
+        setup.timeout = Duration::from_millis(300);
+        setup.clock = ClockSource::Redis;
+        setup.wall = Arc::new(SystemClock);
+        setup.local_cache_size = 0;
+        setup.wait_replicas = 1;
+        start_ready(Arc::new(setup.connect()), FailureMode::Error).await
+    };
+    let mut durable_client = durable.client().await;
+    // Once the replica is in sync (a replica still loading its first copy acknowledges nothing;
+    // Redis's diskless sync waits 5 s for more replicas by default).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = try_call(&mut durable_client, tenant_req("durable")).await;
+        if r.as_ref().is_ok_and(|r| r.overall_code == OK) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a durable call through Sentinel: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     fn alpha(_: usize, _: usize) -> RateLimitRequest {
         tenant_req("alpha")
     }
@@ -193,5 +220,19 @@ async fn sentinel_failover_is_followed_without_a_restart() {
         blocking(|| !replica.cli(&["KEYS", "sentinel:*"]).trim().is_empty()),
         "the promoted replica holds the counter"
     );
+    // The promoted replica has no replica of its own: a durable call cannot be acknowledged.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = try_call(&mut durable_client, tenant_req("durable")).await;
+        match r {
+            Err(status) if status.message().contains("not replicated") => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "after the failover, with no replica left: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    durable.stop().await;
     server.stop().await;
 }

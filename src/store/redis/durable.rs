@@ -62,7 +62,7 @@ impl Wait {
         Err(StoreError::new(
             place,
             Cause::NotReplicated {
-                acked: acked.max(0) as u32,
+                acked: Some(acked.max(0) as u32),
                 wanted: self.replicas,
             },
         ))
@@ -150,11 +150,11 @@ impl Inner {
         } else {
             (None, format!("redis {}", self.clients.host))
         };
-        let acked = self.health.replicas_short(primary.as_deref())?;
+        self.health.replicas_short(primary.as_deref())?;
         Some(StoreError::new(
             place,
             Cause::NotReplicated {
-                acked: acked as u32,
+                acked: None,
                 wanted: wait.replicas,
             },
         ))
