@@ -178,7 +178,7 @@ mod tests {
             Cause::Script("x".into()),
             Cause::NotRun("x".into()),
             Cause::NotReplicated {
-                acked: 0,
+                acked: Some(0),
                 wanted: 1,
             },
         ];

@@ -3,9 +3,10 @@
 //! side, and those writes are lost; for a rate limiter every lost write is an admission given
 //! twice. These tests run a 3-primary, 3-replica cluster with every node on a loopback address
 //! of its own (`support::netcut`), a real tollgate server in-process connecting from 127.0.0.1
-//! (so it still reaches the cut primary), and 24 gRPC callers spending a budget of five kinds of
+//! (so it still reaches the cut primary), and 24 gRPC callers spending a budget of six kinds of
 //! limit: a fixed window, a sliding window, a token bucket, a hierarchical tenant limit with a
-//! shared global one, and a concurrency cap (acquired, never released). Partition/heal cycles
+//! shared global one, a concurrency cap (acquired, never released) and token reservations
+//! (reserved, never settled). Partition/heal cycles
 //! cut the busiest primary from the other five nodes for 7 s each.
 //!
 //! - With `--redis-wait-replicas 1` and the `deny` failure policy, no key may be admitted more
@@ -88,9 +89,11 @@ descriptors:
             rate_limit: {name: model, unit: hour, requests_per_unit: 1000000}
   - key: cap
     rate_limit: {name: in-flight, algorithm: concurrency, requests_per_unit: 40, lease_ttl: 10m}
+  - key: resv
+    rate_limit: {name: reserved-tokens, unit: hour, requests_per_unit: 400}
 "#;
 
-/// The five kinds of limit, `KEYS` keys each; key `k` is kind `k / KEYS`, value `k % KEYS`.
+/// The six kinds of limit, `KEYS` keys each; key `k` is kind `k / KEYS`, value `k % KEYS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Fixed,
@@ -98,15 +101,20 @@ enum Kind {
     Bucket,
     Hierarchical,
     Cap,
+    /// Reservations of [`ESTIMATE`] tokens against 400 an hour (never settled): 40 fit.
+    Reserve,
 }
 
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind::Fixed,
     Kind::Sliding,
     Kind::Bucket,
     Kind::Hierarchical,
     Kind::Cap,
+    Kind::Reserve,
 ];
+/// A reservation's estimate (its `hits_addend`).
+const ESTIMATE: u32 = 10;
 const ALL_KEYS: usize = KINDS.len() * KEYS;
 /// The hash tag of the shared limit's counter.
 const GLOBAL_TAG: &str = "{partition|tier=free|tenant=*|*}";
@@ -123,6 +131,7 @@ impl Kind {
             Kind::Bucket => "token bucket",
             Kind::Hierarchical => "tenant + shared",
             Kind::Cap => "concurrency cap",
+            Kind::Reserve => "reservation",
         }
     }
 }
@@ -142,6 +151,13 @@ fn request(key: usize) -> RateLimitRequest {
             ]],
         ),
         Kind::Cap => common::req(DOMAIN, &[&[("cap", &format!("c{i}"))]]),
+        Kind::Reserve => RateLimitRequest {
+            hits_addend: ESTIMATE,
+            ..common::req(
+                DOMAIN,
+                &[&[("resv", &format!("r{i}")), ("tollgate.reserve", "1")]],
+            )
+        },
     }
 }
 
@@ -157,6 +173,7 @@ fn tags(key: usize) -> Vec<String> {
             GLOBAL_TAG.to_string(),
         ],
         Kind::Cap => vec![format!("{{partition|cap=c{i}}}")],
+        Kind::Reserve => vec![format!("{{partition|resv=r{i}}}")],
     }
 }
 
@@ -567,7 +584,7 @@ async fn scenario(wait_replicas: u32, cycles: usize) -> Report {
     for (k, kind) in KINDS.iter().enumerate() {
         let keys = &admitted[k * KEYS..(k + 1) * KEYS];
         let per_key = match kind {
-            Kind::Fixed | Kind::Hierarchical => LIMIT * windows,
+            Kind::Fixed | Kind::Hierarchical | Kind::Reserve => LIMIT * windows,
             Kind::Sliding | Kind::Cap => LIMIT,
             Kind::Bucket => LIMIT + refill,
         };
@@ -624,7 +641,7 @@ async fn scenario(wait_replicas: u32, cycles: usize) -> Report {
             .iter()
             .filter(ours)
             .filter(|s| matches!(s.outcome, Outcome::Ok | Outcome::Over))
-            .find(|s| last_failure.map_or(true, |f| s.sent > f))
+            .find(|s| last_failure.is_none_or(|f| s.sent > f))
             .map(|s| s.answered);
         let resumed = decided_after.map(|d| d.saturating_duration_since(cycle.healed_at));
         let during: Vec<&Sample> = samples
@@ -634,7 +651,7 @@ async fn scenario(wait_replicas: u32, cycles: usize) -> Report {
         let count = |outcome: Outcome, keys: Option<&BTreeSet<usize>>| {
             during
                 .iter()
-                .filter(|s| s.outcome == outcome && keys.map_or(true, |k| k.contains(&s.key)))
+                .filter(|s| s.outcome == outcome && keys.is_none_or(|k| k.contains(&s.key)))
                 .count()
         };
         println!(

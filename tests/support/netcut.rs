@@ -17,13 +17,17 @@
 //! 127.77.0.0/16 that nothing else uses, and the next binary with the same pid removes it.
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::redis::run_with_deadline;
+
+/// A node as another node sees it: its address, whether it is a primary, its flags.
+type Role = (Ipv4Addr, bool, String);
 
 /// How long one node may take to answer after it is spawned.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -163,7 +167,7 @@ impl Netcut {
             command.arg("-w");
         }
         command.args(args);
-        let (ok, stdout, stderr) = run_bounded(&mut command, CLI_TIMEOUT);
+        let (ok, stdout, stderr) = run_with_deadline(&mut command, CLI_TIMEOUT);
         if ok {
             Ok(stdout)
         } else {
@@ -271,7 +275,7 @@ impl LoopbackCluster {
         );
         command.args(["--cluster-replicas", &replicas_per_master.to_string()]);
         command.arg("--cluster-yes");
-        let (_, output, stderr) = run_bounded(&mut command, CLI_TIMEOUT);
+        let (_, output, stderr) = run_with_deadline(&mut command, CLI_TIMEOUT);
         if !output.contains("[OK] All 16384 slots covered") {
             panic!("redis-cli --cluster create did not cover all slots:\n{output}\n{stderr}");
         }
@@ -318,7 +322,7 @@ impl LoopbackCluster {
     /// all nodes give every node the same role, there are as many primaries serving slots as
     /// at the start, none failing, and every replica's link to its primary is up and synced.
     pub fn healthy(&self) -> Result<(), String> {
-        let mut agreed: Option<(Ipv4Addr, Vec<(Ipv4Addr, bool, String)>)> = None;
+        let mut agreed: Option<(Ipv4Addr, Vec<Role>)> = None;
         for node in &self.nodes {
             let info = node.cli(&["CLUSTER", "INFO"]);
             if info_field(&info, "cluster_state") != Some("ok")
@@ -562,7 +566,7 @@ fn cli_on(addr: Ipv4Addr, port: u16, args: &[&str]) -> String {
     command
         .args(["-h", &addr.to_string(), "-p", &port.to_string()])
         .args(args);
-    let (_, stdout, _) = run_bounded(&mut command, CLI_TIMEOUT);
+    let (_, stdout, _) = run_with_deadline(&mut command, CLI_TIMEOUT);
     stdout.trim_end_matches('\n').to_string()
 }
 
@@ -601,46 +605,6 @@ fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
         line.strip_prefix(name)?
             .strip_prefix(':')
             .map(str::trim_end)
-    })
-}
-
-/// Runs a command with a deadline: (exited successfully, stdout, stderr). Panics on timeout.
-fn run_bounded(command: &mut Command, timeout: Duration) -> (bool, String, String) {
-    let described = format!("{command:?}");
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|err| panic!("cannot run {described}: {err}"));
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{described} did not finish within {timeout:?}");
-        }
-        thread::sleep(Duration::from_millis(5));
-    };
-    (
-        status.success(),
-        stdout.join().unwrap_or_default(),
-        stderr.join().unwrap_or_default(),
-    )
-}
-
-fn drain(pipe: Option<impl Read + Send + 'static>) -> thread::JoinHandle<String> {
-    thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
     })
 }
 

@@ -696,6 +696,12 @@ pub fn cli_on(port: u16, args: &[&str]) -> String {
 
 /// Runs a command with a deadline and returns its stdout; panics (with stderr) on timeout.
 fn run_bounded(command: &mut Command, timeout: Duration) -> String {
+    run_with_deadline(command, timeout).1
+}
+
+/// Runs a command with a deadline: (exited successfully, stdout, stderr). Panics (with stderr)
+/// when it does not finish in time.
+pub fn run_with_deadline(command: &mut Command, timeout: Duration) -> (bool, String, String) {
     let described = format!("{command:?}");
     let mut child = command
         .stdin(Stdio::null())
@@ -706,7 +712,10 @@ fn run_bounded(command: &mut Command, timeout: Duration) -> String {
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
     let deadline = Instant::now() + timeout;
-    while matches!(child.try_wait(), Ok(None)) {
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
@@ -714,8 +723,12 @@ fn run_bounded(command: &mut Command, timeout: Duration) -> String {
             panic!("{described} did not finish within {timeout:?}; stderr: {stderr}");
         }
         thread::sleep(Duration::from_millis(5));
-    }
-    stdout.join().unwrap_or_default()
+    };
+    (
+        status.success(),
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default(),
+    )
 }
 
 /// Reads a pipe to its end on a thread, so a chatty child never blocks on a full pipe.

@@ -335,14 +335,14 @@ mod tests {
     #[test]
     fn calls_on_one_thread_share_a_batch_per_store_and_slot() {
         let until = Instant::now();
-        let (_r1, first) = join(1, 5, vec![], Value::Null, until);
-        let (_r2, second) = join(1, 5, vec![], Value::Null, until);
-        let (_r3, other_slot) = join(1, 6, vec![], Value::Null, until);
+        let (_r1, first) = join(1, 5, vec![], Value::Null, until, None);
+        let (_r2, second) = join(1, 5, vec![], Value::Null, until, None);
+        let (_r3, other_slot) = join(1, 6, vec![], Value::Null, until, None);
         let batch = first.expect("the first call opens the batch");
         assert!(second.is_none());
         let other = other_slot.expect("another hash slot opens its own");
         assert_eq!(take(&batch).len(), 2);
-        let (_r4, reopened) = join(1, 5, vec![], Value::Null, until);
+        let (_r4, reopened) = join(1, 5, vec![], Value::Null, until, None);
         assert!(reopened.is_some(), "a taken batch is closed");
         assert_eq!(take(&other).len(), 1);
         take(&reopened.unwrap());
@@ -352,14 +352,14 @@ mod tests {
     fn a_full_batch_closes() {
         let until = Instant::now();
         let mut receivers = Vec::new();
-        let (r, first) = join(2, 0, vec![], Value::Null, until);
+        let (r, first) = join(2, 0, vec![], Value::Null, until, None);
         receivers.push(r);
         for _ in 1..MAX_CALLS {
-            let (r, opened) = join(2, 0, vec![], Value::Null, until);
+            let (r, opened) = join(2, 0, vec![], Value::Null, until, None);
             assert!(opened.is_none());
             receivers.push(r);
         }
-        let (_r, next) = join(2, 0, vec![], Value::Null, until);
+        let (_r, next) = join(2, 0, vec![], Value::Null, until, None);
         assert!(next.is_some(), "the next call opens a new batch");
         assert_eq!(take(&first.unwrap()).len(), MAX_CALLS);
         take(&next.unwrap());

@@ -24,6 +24,7 @@ use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
 use super::inner::Inner;
+use super::migration::evalsha_args;
 
 use crate::store::error::Cause;
 use crate::store::error::StoreError;
@@ -104,13 +105,10 @@ pub async fn evalsha_then_wait(
         let asking = CustomCommand::new_static("ASKING", ClusterHash::Custom(hash_slot), false);
         pipeline.custom::<(), Value>(asking, Vec::new()).await?;
     }
-    let mut command: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
-    command.push(Value::from(sha));
-    command.push(Value::Integer(keys.len() as i64));
-    command.extend(keys.into_iter().map(Value::from));
-    command.extend(args);
     let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(hash_slot), false);
-    pipeline.custom::<(), Value>(evalsha, command).await?;
+    pipeline
+        .custom::<(), Value>(evalsha, evalsha_args(sha, keys, args))
+        .await?;
     let wait_cmd = CustomCommand::new_static("WAIT", ClusterHash::Custom(hash_slot), false);
     let wait_args = vec![
         Value::Integer(i64::from(wait.replicas)),

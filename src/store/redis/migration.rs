@@ -92,17 +92,25 @@ pub async fn evalsha_asking<R: FromValue>(
     let pipeline = Pipeline::from(client.with_options(&options));
     let asking = CustomCommand::new_static("ASKING", ClusterHash::Random, false);
     pipeline.custom::<(), Value>(asking, Vec::new()).await?;
+    let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
+    pipeline
+        .custom::<(), Value>(evalsha, evalsha_args(sha, keys, args))
+        .await?;
+    match pipeline.try_all::<Value>().await.pop() {
+        Some(reply) => reply?.convert(),
+        None => Err(Error::new(ErrorKind::Unknown, "empty pipeline reply")),
+    }
+}
+
+/// `EVALSHA`'s arguments as a custom command (in a pipeline) takes them: the script's SHA1, the
+/// number of keys, the keys, the arguments.
+pub fn evalsha_args(sha: &str, keys: Vec<Key>, args: Vec<Value>) -> Vec<Value> {
     let mut command: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
     command.push(Value::from(sha));
     command.push(Value::Integer(keys.len() as i64));
     command.extend(keys.into_iter().map(Value::from));
     command.extend(args);
-    let evalsha = CustomCommand::new_static("EVALSHA", ClusterHash::FirstKey, false);
-    pipeline.custom::<(), Value>(evalsha, command).await?;
-    match pipeline.try_all::<Value>().await.pop() {
-        Some(reply) => reply?.convert(),
-        None => Err(Error::new(ErrorKind::Unknown, "empty pipeline reply")),
-    }
+    command
 }
 
 /// The address of the node importing `hash_slot`, from `CLUSTER NODES` as the hash slot's owner sees
