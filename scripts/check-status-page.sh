@@ -7,6 +7,8 @@
 # the seeded data; hostile values are text, never markup (no <script> element in the DOM); the
 # lookup finds the counter; the screenshot is not blank. Also: with --admin-token-file the page
 # needs the token (401 and a Basic challenge, 200 with it); with --admin-ui=false it is gone.
+# And a page on another origin that posts a reset form to the write listener (a cross-site
+# request forgery) is refused there (403), the counter untouched.
 #
 # Needs: python3, a tollgate binary (TOLLGATE_BIN, default target/release/tollgate), and root
 # or sudo to install chromium when it is missing.
@@ -52,9 +54,11 @@ cat >"$WORK/config.yaml" <<'YAML'
 domain: shop
 descriptors:
   - key: tenant
-    rate_limit: {name: per-tenant, unit: minute, requests_per_unit: 2}
+    rate_limit: {name: per-tenant, unit: hour, requests_per_unit: 2}
   - key: model
     rate_limit: {name: gpus, algorithm: concurrency, requests_per_unit: 4, lease_ttl: 60s}
+  - key: account
+    rate_limit: {name: per-account, unit: hour, requests_per_unit: 5}
 YAML
 printf 's3cret-token\n' >"$WORK/token"
 
@@ -184,5 +188,35 @@ serve off --admin-ui=false
 code=$(curl -s -o /dev/null -w '%{http_code}' "$off_HTTP/")
 [ "$code" = 404 ] || die "--admin-ui=false still serves the page ($code)"
 echo "ok: --admin-ui=false serves no page"
+
+step "a cross-site form post to the write listener, from a page on another origin, is refused"
+WRITE_PORT=$(free_port)
+serve writer --admin-token-file "$WORK/token" --admin-write-addr "127.0.0.1:$WRITE_PORT"
+for _ in 1 2; do
+  "$BIN" query --addr "$writer_GRPC" --domain shop --descriptor "account=victim" >/dev/null
+done
+EVIL_PORT=$(free_port)
+mkdir -p "$WORK/evil"
+cat >"$WORK/evil/index.html" <<HTML
+<!doctype html><title>cute cats</title>
+<form method="post" action="http://127.0.0.1:$WRITE_PORT/counters/reset">
+<input name="domain" value="shop"><input name="descriptor" value="account=victim">
+</form>
+<script>document.forms[0].submit()</script>
+HTML
+(cd "$WORK/evil" && exec python3 -m http.server "$EVIL_PORT" --bind 127.0.0.1 >"$WORK/evil.log" 2>&1) &
+PIDS+=($!)
+for _ in $(seq 50); do curl -fs "http://127.0.0.1:$EVIL_PORT/" >/dev/null 2>&1 && break; sleep 0.1; done
+timeout 60 "$CHROMIUM" --headless --no-sandbox --disable-gpu --user-data-dir="$WORK/profile" \
+  --virtual-time-budget=5000 --dump-dom "http://127.0.0.1:$EVIL_PORT/" >"$WORK/csrf.html" 2>>"$WORK/chromium.log" \
+  || die "chromium could not load the cross-site page: $(tail -5 "$WORK/chromium.log")"
+grep -q "refused from a browser" "$WORK/csrf.html" \
+  || die "the cross-site form post was not refused as a browser's: $(head -c 600 "$WORK/csrf.html")"
+grep -q "counter reset refused: sent by a browser" "$WORK/writer.log" \
+  || die "tollgate did not log the refusal: $(tail -5 "$WORK/writer.log")"
+used=$(curl -s -H "Authorization: Bearer s3cret-token" "$writer_HTTP/counters?domain=shop&descriptor=account%3Dvictim" \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["counters"][0]["used"])')
+[ "$used" = 2 ] || die "the counter was touched by the cross-site post: used $used, want 2"
+echo "ok: the browser's cross-site form post got 403 and the counter kept its 2 used"
 echo
 echo "status page: all checks passed"

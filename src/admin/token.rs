@@ -2,9 +2,10 @@
 //! (`--admin-write-addr`, which resets counters) and, once set, for the admin endpoints that
 //! reveal tenants and usage (`/counters`, `/top`, the status page).
 //!
-//! A caller sends `Authorization: Bearer <token>`; a browser may send it as the password of
-//! HTTP Basic authentication (any user name), which it asks for after a `401` with
-//! `WWW-Authenticate: Basic`. The comparison takes the same time wherever the first wrong byte
+//! A caller sends `Authorization: Bearer <token>`; for the reads, a browser may send it as the
+//! password of HTTP Basic authentication (any user name), which it asks for after a `401` with
+//! `WWW-Authenticate: Basic`. The write listener takes a bearer token only and refuses any
+//! request a browser sent ([`guard_writes`]). The comparison takes the same time wherever the first wrong byte
 //! is (only the length can be learned from timing).
 
 use std::net::SocketAddr;
@@ -43,17 +44,21 @@ impl AdminToken {
         (!token.is_empty()).then_some(AdminToken { token })
     }
 
+    /// Whether `headers` carry the token as a bearer token (the write listener's only form: a
+    /// browser never adds one by itself).
+    pub fn allows_bearer(&self, headers: &HeaderMap) -> bool {
+        match authorization(headers) {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case(b"bearer") => {
+                same(rest, &self.token)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether `headers` carry the token (bearer, or as a Basic password).
     pub fn allows(&self, headers: &HeaderMap) -> bool {
-        let Some(value) = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes())
-        else {
+        let Some((scheme, rest)) = authorization(headers) else {
             return false;
-        };
-        let (scheme, rest) = match value.iter().position(|&b| b == b' ') {
-            Some(i) => (&value[..i], value[i + 1..].trim_ascii()),
-            None => return false,
         };
         if scheme.eq_ignore_ascii_case(b"bearer") {
             return same(rest, &self.token);
@@ -94,22 +99,53 @@ pub async fn guard_reads(
 }
 
 /// The layer in front of the write listener: the token is always required (the listener does
-/// not start without one), and a refusal is logged with the peer's address.
+/// not start without one), as a bearer token only, and a request a browser sent is refused
+/// whatever it carries (cross-site request forgery: a page elsewhere posting a form here).
+/// A refusal is logged with the peer's address.
+///
+/// A browser marks every request it sends for a page (`Origin` on a `POST`, `Sec-Fetch-Site` on
+/// every request of a current browser), and replays HTTP Basic credentials it once used for an
+/// origin on its own; a page cannot add an `Authorization: Bearer` header to a form post, and
+/// a script on another origin cannot send one without a CORS preflight that this listener
+/// never grants. The write listener serves no page, so no browser request belongs here.
 pub async fn guard_writes(
     State(token): State<Option<Arc<AdminToken>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
     next: Next,
 ) -> Response {
-    if token.as_ref().is_some_and(|t| t.allows(req.headers())) {
+    let headers = req.headers();
+    if let Some(mark) = ["origin", "sec-fetch-site"]
+        .into_iter()
+        .find(|h| headers.contains_key(*h))
+    {
+        tracing::warn!(%peer, header = mark, "counter reset refused: sent by a browser");
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "resets are refused from a browser (this request carries {mark}): the write listener takes requests from tools (curl, tollgate reset) with Authorization: Bearer <token>\n"
+            ),
+        )
+            .into_response();
+    }
+    if token.as_ref().is_some_and(|t| t.allows_bearer(headers)) {
         return next.run(req).await;
     }
-    tracing::warn!(%peer, "counter reset refused: no valid admin token");
-    (
-        StatusCode::UNAUTHORIZED,
-        "resets need the admin token: Authorization: Bearer <token>\n",
-    )
-        .into_response()
+    let basic = authorization(headers).is_some_and(|(s, _)| s.eq_ignore_ascii_case(b"basic"));
+    tracing::warn!(%peer, basic, "counter reset refused: no valid admin bearer token");
+    let why = if basic {
+        "resets take the admin token as a bearer token only, not HTTP Basic credentials (a browser replays those on its own): Authorization: Bearer <token>\n"
+    } else {
+        "resets need the admin token: Authorization: Bearer <token>\n"
+    };
+    (StatusCode::UNAUTHORIZED, why).into_response()
+}
+
+/// `Authorization`'s scheme and credentials.
+fn authorization(headers: &HeaderMap) -> Option<(&[u8], &[u8])> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let i = value.iter().position(|&b| b == b' ')?;
+    Some((&value[..i], value[i + 1..].trim_ascii()))
 }
 
 /// Equal, in time that depends only on the lengths.
@@ -182,5 +218,14 @@ mod tests {
             assert!(!t.allows(&with(wrong)), "{wrong}");
         }
         assert!(!t.allows(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn writes_take_the_token_as_bearer_only() {
+        let t = token();
+        assert!(t.allows_bearer(&with("Bearer s3cret")));
+        assert!(!t.allows_bearer(&with("Basic YWRtaW46czNjcmV0")));
+        assert!(!t.allows_bearer(&with("Bearer s3cre")));
+        assert!(!t.allows_bearer(&HeaderMap::new()));
     }
 }

@@ -236,6 +236,38 @@ async fn resets_need_the_write_listener_and_the_token_and_are_logged() {
         }
         assert_eq!(req.send().await.unwrap().status(), 401, "{token:?}");
     }
+    // Cross-site request forgery: a browser replays Basic credentials and marks what it sends.
+    // The right token as a Basic password, or any request a browser marked, resets nothing.
+    let basic = http
+        .post(format!("{write_url}/counters/reset"))
+        .basic_auth("anyone", Some("t0ken-\u{e9}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(q)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(basic.status(), 401);
+    assert!(basic.text().await.unwrap().contains("not HTTP Basic"));
+    for (mark, value) in [
+        ("origin", "http://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let resp = http
+            .post(format!("{write_url}/counters/reset"))
+            .bearer_auth("t0ken-\u{e9}")
+            .header(mark, value)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(q)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 403, "{mark}");
+        assert!(resp
+            .text()
+            .await
+            .unwrap()
+            .contains("refused from a browser"));
+    }
     let (code, out, err) = tokio::task::block_in_place(|| {
         run(&[
             "counters",
