@@ -198,6 +198,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         admin_json: args.admin.admin_json,
         admin_ui: args.admin.admin_ui,
         admin_write_addr: args.admin.admin_write_addr,
+        admin_max_connections: args.admin.admin_max_connections as usize,
         admin_token: match &args.admin.admin_token_file {
             Some(path) => Some(Arc::new(tollgate::admin::token::AdminToken::from_file(
                 path,
@@ -211,6 +212,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .map(|every| (every, Duration::from_secs(20))),
             max_connection_age: args.grpc_max_connection_age,
             max_connection_age_grace: args.grpc_max_connection_age_grace,
+            max_connections: args.grpc_max_connections as usize,
             tls: args
                 .grpc_tls_cert
                 .clone()

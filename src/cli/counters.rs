@@ -27,6 +27,15 @@ pub struct AdminArgs {
     /// Serve the status page at / on the admin port (`--admin-ui=false`: not at all).
     #[arg(long, env = "TOLLGATE_ADMIN_UI", default_value_t = true, action = clap::ArgAction::Set)]
     pub admin_ui: bool,
+    /// Open connections per admin listener at most; one more is closed as soon as it is
+    /// accepted. (A client must also send a request's header within 10 s.)
+    #[arg(
+        long,
+        env = "TOLLGATE_ADMIN_MAX_CONNECTIONS",
+        default_value_t = 256,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub admin_max_connections: u32,
 }
 
 /// Which counters, as the commands take them.

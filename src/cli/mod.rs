@@ -127,6 +127,15 @@ pub struct ServeArgs {
     /// is closed regardless. Default: no limit.
     #[arg(long, env = "TOLLGATE_GRPC_MAX_CONNECTION_AGE_GRACE", value_parser = duration::parse_positive)]
     pub grpc_max_connection_age_grace: Option<Duration>,
+    /// Open gRPC connections at most; one more is closed as soon as it is accepted. (A client
+    /// must also send HTTP/2's preface within 10 s of connecting.)
+    #[arg(
+        long,
+        env = "TOLLGATE_GRPC_MAX_CONNECTIONS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub grpc_max_connections: u32,
     /// HTTP/2 PING interval on idle gRPC connections (a dead peer is dropped after 20 s
     /// without an answer); `off` disables.
     #[arg(long, env = "TOLLGATE_GRPC_KEEPALIVE", default_value = "60s", value_parser = parse_switchable)]

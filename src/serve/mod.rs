@@ -6,6 +6,7 @@
 //! On shutdown readiness drops first, then after `drain_delay` the listeners stop accepting
 //! and in-flight calls finish.
 
+pub mod admin_http;
 pub mod grpc;
 pub mod reservations;
 pub mod slots;
@@ -64,6 +65,8 @@ pub struct ServerOptions {
     pub admin_ui: bool,
     /// The write listener: `POST /counters/reset`, with `admin_token` (unset: none).
     pub admin_write_addr: Option<SocketAddr>,
+    /// Open connections per admin listener at most (`--admin-max-connections`).
+    pub admin_max_connections: usize,
     /// `--admin-token-file`: required on the write listener, and then for `/counters`, `/top`
     /// and the status page too.
     pub admin_token: Option<Arc<crate::admin::token::AdminToken>>,
@@ -314,7 +317,13 @@ async fn start_serving(
         }
     };
     let threads = threads::thread_count(opts.serving_threads);
-    let grpc = threads::start_threads(grpc_listener, threads, serve, drain())?;
+    let grpc = threads::start_threads(
+        grpc_listener,
+        threads,
+        opts.transport.max_connections,
+        serve,
+        drain(),
+    )?;
     let admin_state = Arc::new(AdminState {
         limiter,
         config,
@@ -330,26 +339,30 @@ async fn start_serving(
         },
     });
     let app = admin::router(admin_state.clone(), opts.admin_json, opts.admin_ui);
-    let http = axum::serve(http_listener, app.clone()).with_graceful_shutdown(drain());
+    let max_admin = opts.admin_max_connections;
+    let http = admin_http::serve(http_listener, app.clone(), max_admin, drain());
     let mut tasks = Vec::new();
     if let Some(listener) = write_listener {
         let addr = listener.local_addr()?;
-        let writes = axum::serve(
+        let writes = admin_http::serve(
             listener,
-            admin::write_router(admin_state).into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(drain());
+            admin::write_router(admin_state),
+            max_admin,
+            drain(),
+        );
         tracing::info!(%addr, "admin writes (POST /counters/reset) served, token required");
         tasks.push(tokio::spawn(async move {
-            writes.await.context("admin write server failed")
+            writes.await;
+            Ok(())
         }));
     }
     for listener in extra_listeners {
         let addr = listener.local_addr()?;
-        let extra = axum::serve(listener, app.clone()).with_graceful_shutdown(drain());
+        let extra = admin_http::serve(listener, app.clone(), max_admin, drain());
         tracing::info!(%addr, "admin endpoints also served");
         tasks.push(tokio::spawn(async move {
-            extra.await.context("HTTP server failed")
+            extra.await;
+            Ok(())
         }));
     }
     tracing::info!(
@@ -375,7 +388,7 @@ async fn start_serving(
         grpc,
         tokio::spawn(async move {
             tokio::select! {
-                r = http => r.context("HTTP server failed"),
+                () = http => Ok(()),
                 _ = http_deadline => {
                     tracing::warn!("HTTP requests still open after the grace period; stopping");
                     Ok(())

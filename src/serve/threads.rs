@@ -12,27 +12,34 @@
 use std::future::Future;
 use std::net::TcpStream as StdTcpStream;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use anyhow::Context as _;
 use futures::Stream;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+
+use crate::base::log_throttle;
+
+/// A connection handed to a serving thread, and its place under `--grpc-max-connections`
+/// (given back when the connection is dropped).
+pub type Handed = (StdTcpStream, OwnedSemaphorePermit);
 
 /// The connections one serving thread is given, as tonic's `serve_with_incoming` wants them.
 pub struct Accepted {
-    rx: mpsc::UnboundedReceiver<StdTcpStream>,
+    rx: mpsc::UnboundedReceiver<Handed>,
 }
 
 impl Stream for Accepted {
-    type Item = std::io::Result<TcpStream>;
+    type Item = std::io::Result<(TcpStream, OwnedSemaphorePermit)>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         // Registered with this thread's reactor here, where the stream is polled.
         self.rx
             .poll_recv(cx)
-            .map(|conn| conn.map(TcpStream::from_std))
+            .map(|conn| conn.map(|(tcp, permit)| TcpStream::from_std(tcp).map(|tcp| (tcp, permit))))
     }
 }
 
@@ -47,10 +54,12 @@ pub fn thread_count(requested: usize) -> usize {
 /// Starts `threads` serving threads, each running `serve(incoming)` on a runtime of its own,
 /// and an acceptor on the current runtime that deals `listener`'s connections out to them
 /// (with `TCP_NODELAY`: without it an answer can wait for the client's delayed ACK) until
-/// `stop_accepting` resolves. The returned task ends when every thread has.
+/// `stop_accepting` resolves, at most `max_connections` open at once (one more is closed as
+/// soon as it is accepted). The returned task ends when every thread has.
 pub fn start_threads<F, Fut>(
     listener: TcpListener,
     threads: usize,
+    max_connections: usize,
     serve: F,
     stop_accepting: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<JoinHandle<anyhow::Result<()>>>
@@ -78,7 +87,8 @@ where
         senders.push(tx);
         done.push(finished_rx);
     }
-    tokio::spawn(accept(listener, senders, stop_accepting));
+    let permits = Arc::new(Semaphore::new(max_connections));
+    tokio::spawn(accept(listener, senders, permits, stop_accepting));
     Ok(tokio::spawn(async move {
         for finished in done {
             finished.await.context("a serving thread panicked")??;
@@ -91,7 +101,8 @@ where
 /// every thread's `Accepted`.
 async fn accept(
     listener: TcpListener,
-    threads: Vec<mpsc::UnboundedSender<StdTcpStream>>,
+    threads: Vec<mpsc::UnboundedSender<Handed>>,
+    permits: Arc<Semaphore>,
     stop: impl Future<Output = ()>,
 ) {
     tokio::pin!(stop);
@@ -101,7 +112,7 @@ async fn accept(
             _ = &mut stop => return,
             conn = listener.accept() => conn,
         };
-        let (conn, _) = match conn {
+        let (conn, peer) = match conn {
             Ok(c) => c,
             Err(e) => {
                 // Out of descriptors and the like: the listener itself is fine; wait a little.
@@ -110,10 +121,20 @@ async fn accept(
                 continue;
             }
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            if let Some(suppressed) = log_throttle::due("grpc_connections_full") {
+                tracing::warn!(
+                    %peer,
+                    suppressed,
+                    "gRPC connection closed: --grpc-max-connections reached"
+                );
+            }
+            continue;
+        };
         let handed = conn
             .set_nodelay(true)
             .and_then(|()| conn.into_std())
-            .map(|c| threads[next % threads.len()].send(c));
+            .map(|c| threads[next % threads.len()].send((c, permit)));
         if let Err(e) = handed {
             tracing::warn!(error = %e, "could not hand a gRPC connection to a serving thread");
         }

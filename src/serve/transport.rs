@@ -7,14 +7,17 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use anyhow::Context;
 use futures::StreamExt;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -29,8 +32,18 @@ use crate::store::Store;
 /// How long a client may take to finish its TLS handshake.
 const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
+/// How long a client may take, after connecting (and its TLS handshake), to send HTTP/2's
+/// 24-byte connection preface: a client that sends part of it, or trickles it, is cut off.
+pub const PREFACE: Duration = Duration::from_secs(10);
+
+/// HTTP/2's connection preface, `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`: 24 bytes.
+const PREFACE_LEN: usize = 24;
+
+/// `--grpc-max-connections`'s default.
+pub const MAX_CONNECTIONS: usize = 10_000;
+
 /// How the gRPC listener treats connections.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Transport {
     /// HTTP/2 PING interval on idle connections (and how long to wait for the answer).
     pub keepalive: Option<(Duration, Duration)>,
@@ -40,6 +53,20 @@ pub struct Transport {
     pub max_connection_age_grace: Option<Duration>,
     /// Server TLS (and mutual TLS with a client CA).
     pub tls: Option<GrpcTls>,
+    /// Open connections at most (`--grpc-max-connections`).
+    pub max_connections: usize,
+}
+
+impl Default for Transport {
+    fn default() -> Transport {
+        Transport {
+            keepalive: None,
+            max_connection_age: None,
+            max_connection_age_grace: None,
+            tls: None,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
 }
 
 /// PEM files for the gRPC server's TLS.
@@ -125,8 +152,12 @@ pub async fn serve<S: Store>(
     loop {
         tokio::select! {
             conn = accepted.next() => match conn {
-                Some(Ok(tcp)) => {
-                    open.spawn(connection(tcp, calls.clone(), connections.clone(), closing_rx.clone()));
+                Some(Ok((tcp, permit))) => {
+                    let conn = connection(tcp, calls.clone(), connections.clone(), closing_rx.clone());
+                    open.spawn(async move {
+                        conn.await;
+                        drop(permit);
+                    });
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "a gRPC connection could not be set up"),
                 None => break,
@@ -165,8 +196,10 @@ async fn http2_connection<S, IO>(
     S: Store,
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let (io, read) = Counted::new(io);
     let conn = connections.http2.serve_connection(TokioIo::new(io), calls);
     tokio::pin!(conn);
+    let preface_by = Instant::now() + PREFACE;
     let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
     let aged_at = connections.max_age.map_or(far, |age| Instant::now() + age);
     // Set once the connection is told to close: by shutdown, or by age (then with a limit).
@@ -192,6 +225,78 @@ async fn http2_connection<S, IO>(
                 }
             }
             _ = tokio::time::sleep_until(forced_at), if closing_since.is_some() => return,
+            _ = tokio::time::sleep_until(preface_by), if read.load(Ordering::Relaxed) < PREFACE_LEN => {
+                tracing::debug!("gRPC connection closed: no HTTP/2 preface within {PREFACE:?}");
+                return;
+            }
         }
+    }
+}
+
+/// A connection's socket that counts the bytes read from it (up to the preface's length).
+struct Counted<IO> {
+    io: IO,
+    read: Arc<AtomicUsize>,
+}
+
+impl<IO> Counted<IO> {
+    fn new(io: IO) -> (Counted<IO>, Arc<AtomicUsize>) {
+        let read = Arc::new(AtomicUsize::new(0));
+        (
+            Counted {
+                io,
+                read: read.clone(),
+            },
+            read,
+        )
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        let got = buf.filled().len() - before;
+        if got > 0 && self.read.load(Ordering::Relaxed) < PREFACE_LEN {
+            self.read.fetch_add(got, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }

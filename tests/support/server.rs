@@ -197,6 +197,7 @@ pub async fn start_unready<S: Store>(yaml: &str, opts: TestOptions, store: Arc<S
         admin_token: opts.admin_token.as_deref().map(|t| {
             Arc::new(tollgate::admin::token::AdminToken::new(t.as_bytes()).expect("a token"))
         }),
+        admin_max_connections: 256,
         metrics_path: "/metrics".into(),
         transport: Transport::default(),
         config: ConfigSource::Files(if opts.config_dir {
