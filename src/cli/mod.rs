@@ -1,10 +1,11 @@
-//! The command line: `serve`, `check-config` and `query`. Every flag can also be set
-//! with a `TOLLGATE_*` environment variable.
+//! The command line: `serve` (its trace flags in [`traces`]), `check-config` and `query`.
+//! Every flag can also be set with a `TOLLGATE_*` environment variable.
 
 pub mod compat;
 pub mod counters;
 pub mod query;
 pub mod top;
+pub mod traces;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,8 +19,10 @@ use crate::config::load::FileSelection;
 use crate::config::usage::UsageDomains;
 use crate::config::xds;
 use crate::service::settings::FailureMode;
-use crate::telemetry::logging::{LogFormat, OtlpProtocol, TraceExport, TraceOptions};
+use crate::telemetry::logging::LogFormat;
 use crate::telemetry::stats::registry::DEFAULT_NEAR_LIMIT_RATIO;
+
+use self::traces::TraceArgs;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -318,45 +321,6 @@ pub struct ServeArgs {
     pub traces: TraceArgs,
 }
 
-/// OpenTelemetry traces over OTLP; the endpoint is the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
-/// (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`).
-#[derive(Debug, Args)]
-pub struct TraceArgs {
-    /// Export traces: `auto` (when an OTLP endpoint variable is set), `on`, `off`.
-    #[arg(long, env = "TOLLGATE_TRACES", value_enum, default_value = "auto")]
-    pub traces: TraceExport,
-    /// OTLP transport: `grpc`, or `http` (protobuf bodies to `<endpoint>/v1/traces`). Default:
-    /// `OTEL_EXPORTER_OTLP_PROTOCOL`'s (`grpc` or `http/protobuf`), else `grpc`.
-    #[arg(long, env = "TOLLGATE_TRACES_PROTOCOL", value_enum)]
-    pub traces_protocol: Option<OtlpProtocol>,
-    /// The `service.name` of exported spans (default: `OTEL_SERVICE_NAME`, else `tollgate`).
-    #[arg(long, env = "TOLLGATE_TRACES_SERVICE_NAME")]
-    pub traces_service_name: Option<String>,
-    /// Their `service.namespace`.
-    #[arg(long, env = "TOLLGATE_TRACES_SERVICE_NAMESPACE")]
-    pub traces_service_namespace: Option<String>,
-    /// Their `service.instance.id` (Envoy Gateway: the pod's name).
-    #[arg(long, env = "TOLLGATE_TRACES_SERVICE_INSTANCE_ID")]
-    pub traces_service_instance_id: Option<String>,
-    /// Share of traces sampled, 0 to 1, when the caller sent no sampling decision (a caller's
-    /// decision is followed). Default: `OTEL_TRACES_SAMPLER`'s, else every trace.
-    #[arg(long, env = "TOLLGATE_TRACES_SAMPLING_RATE", value_parser = parse_ratio)]
-    pub traces_sampling_rate: Option<f64>,
-}
-
-impl TraceArgs {
-    pub fn options(&self) -> TraceOptions {
-        TraceOptions {
-            export: self.traces,
-            protocol: self.traces_protocol,
-            service_name: self.traces_service_name.clone(),
-            service_namespace: self.traces_service_namespace.clone(),
-            service_instance_id: self.traces_service_instance_id.clone(),
-            sampling_rate: self.traces_sampling_rate,
-        }
-    }
-}
-
 /// The config from an xDS control plane (state of the world), as Envoy Gateway serves it.
 #[derive(Debug, Args)]
 pub struct XdsArgs {
@@ -449,16 +413,6 @@ pub enum FlagValueError {
     FileSelection(String),
     #[error("'{0}' is not a size like 67108864, 512KiB, 64MiB or 1GiB")]
     Size(String),
-    #[error("'{0}' is not a number from 0 to 1")]
-    Ratio(String),
-}
-
-fn parse_ratio(text: &str) -> Result<f64, FlagValueError> {
-    text.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|r| (0.0..=1.0).contains(r))
-        .ok_or_else(|| FlagValueError::Ratio(text.to_string()))
 }
 
 fn parse_files(text: &str) -> Result<FileSelection, FlagValueError> {

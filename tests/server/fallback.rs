@@ -218,7 +218,11 @@ async fn a_refused_redis_is_named_refused_everywhere() {
         .expect("body");
     assert!(
         text.lines()
-            .any(|l| l == "tollgate_store_failures_total{policy=\"allow\",cause=\"connection\"} 1"),
+            .any(|l| l == "tollgate_store_failures_total{policy=\"allow\",cause=\"refused\"} 1")
+            // The old name, kept for one release.
+            && text
+                .lines()
+                .any(|l| l == "tollgate_store_failures_total{policy=\"allow\",cause=\"connection\"} 1"),
         "{text}"
     );
     let logged = binary.log();
@@ -227,5 +231,5 @@ async fn a_refused_redis_is_named_refused_everywhere() {
         .find(|l| l.contains("store failed"))
         .unwrap_or_else(|| panic!("no store failure logged:\n{logged}"));
     assert!(line.contains(&refused), "{line}");
-    assert!(line.contains("cause=\"connection\""), "{line}");
+    assert!(line.contains("cause=\"refused\""), "{line}");
 }

@@ -8,7 +8,8 @@ use std::process::Command;
 
 use crate::support::binary::BIN;
 
-/// Flags README.md names that belong to other tools (cargo, helm, docker, envoy, redis-cli).
+/// Flags README.md and docs/ name that belong to other tools (cargo and its test harness,
+/// helm, docker, envoy, redis-cli).
 const OTHER_TOOLS: &[&str] = &[
     "--cluster",
     "--release",
@@ -19,6 +20,8 @@ const OTHER_TOOLS: &[&str] = &[
     "--path",
     "--set",
     "--mode",
+    "--test",
+    "--nocapture",
 ];
 
 fn flags_in(text: &str) -> BTreeSet<String> {

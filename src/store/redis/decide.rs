@@ -12,6 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use fred::util::redis_keyslot;
 use futures::future::join_all;
 use opentelemetry::context::FutureExt;
 use opentelemetry::KeyValue;
@@ -399,4 +400,27 @@ fn with_now(
         .into_iter()
         .map(|(gi, refunds)| (gi, refunds, group_now[gi]))
         .collect()
+}
+
+impl Inner {
+    /// A group's call with `wait`, when its primary had fewer replicas connected than wanted at
+    /// upkeep's last count: failed at once, before it charges anything (its `WAIT` could only
+    /// fall short, and would hold the connection until its timeout meanwhile).
+    pub(super) fn short_of_replicas(&self, wait: &Wait, first_key: &str) -> Option<StoreError> {
+        let (primary, place) = if self.clients.clustered {
+            let node = durable::owner(self.clients.main(), redis_keyslot(first_key.as_bytes()))?;
+            let name = format!("{}:{}", node.host, node.port);
+            (Some(name.clone()), format!("redis {name}"))
+        } else {
+            (None, format!("redis {}", self.clients.host))
+        };
+        self.health.replicas_short(primary.as_deref())?;
+        Some(StoreError::new(
+            place,
+            Cause::NotReplicated {
+                acked: None,
+                wanted: wait.replicas,
+            },
+        ))
+    }
 }

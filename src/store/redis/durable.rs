@@ -20,10 +20,8 @@ use fred::clients::Pipeline;
 use fred::prelude::*;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
-use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
-use super::inner::Inner;
 use super::migration::evalsha_args;
 
 use crate::store::error::Cause;
@@ -134,29 +132,6 @@ pub async fn evalsha_then_wait(
         }
     };
     Ok((script, acked))
-}
-
-impl Inner {
-    /// A group's call with `wait`, when its primary had fewer replicas connected than wanted at
-    /// upkeep's last count: failed at once, before it charges anything (its `WAIT` could only
-    /// fall short, and would hold the connection until its timeout meanwhile).
-    pub(super) fn short_of_replicas(&self, wait: &Wait, first_key: &str) -> Option<StoreError> {
-        let (primary, place) = if self.clients.clustered {
-            let node = owner(self.clients.main(), redis_keyslot(first_key.as_bytes()))?;
-            let name = format!("{}:{}", node.host, node.port);
-            (Some(name.clone()), format!("redis {name}"))
-        } else {
-            (None, format!("redis {}", self.clients.host))
-        };
-        self.health.replicas_short(primary.as_deref())?;
-        Some(StoreError::new(
-            place,
-            Cause::NotReplicated {
-                acked: None,
-                wanted: wait.replicas,
-            },
-        ))
-    }
 }
 
 /// The node a hash slot's calls go to, as the client last saw the topology (`None` on a single
