@@ -260,7 +260,11 @@ descriptors:
             .map(|port| {
                 let pattern = format!("{prefix}*");
                 let keys = cluster.cli(port, &["--scan", "--pattern", &pattern]);
-                (port, keys.lines().filter(|l| !l.is_empty()).count())
+                let marker = format!("{prefix}marker:");
+                let counters = keys
+                    .lines()
+                    .filter(|l| !l.is_empty() && !l.starts_with(&marker));
+                (port, counters.count())
             })
             .collect()
     });
