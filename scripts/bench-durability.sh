@@ -35,16 +35,6 @@ info_field() { # port section field
   redis-cli -p "$1" info "$2" | tr -d '\r' | awk -F: -v f="$3" '$1 == f {print $2}'
 }
 
-redis_cpu() { # total used_cpu_user+sys over the given ports
-  local total=0
-  for p in "$@"; do
-    total=$(redis-cli -p "$p" info cpu | python3 -c '
-import sys
-d = dict(l.strip().split(":", 1) for l in sys.stdin if ":" in l)
-print(float(d["used_cpu_user"]) + float(d["used_cpu_sys"]) + float(sys.argv[1]))' "$total")
-  done
-  echo "$total"
-}
 
 cmd_calls() { # "wait evalsha" calls summed over the given ports since CONFIG RESETSTAT
   for p in "$@"; do redis-cli -p "$p" info commandstats; done | python3 -c '

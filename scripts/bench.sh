@@ -26,16 +26,6 @@ need redis-server redis-cli redis-benchmark python3
 
 build_bins
 
-redis_cpu() { # total used_cpu_user+sys over the given ports
-  local total=0
-  for p in "$@"; do
-    total=$(redis-cli -p "$p" info cpu | python3 -c '
-import sys
-d = dict(l.strip().split(":", 1) for l in sys.stdin if ":" in l)
-print(float(d["used_cpu_user"]) + float(d["used_cpu_sys"]) + float(sys.argv[1]))' "$total")
-  done
-  echo "$total"
-}
 
 echo "starting redis single node and a 3-primary cluster..." >&2
 SINGLE=$(free_port); start_redis "$SINGLE"

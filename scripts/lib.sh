@@ -106,3 +106,14 @@ start_rls() {
   done
   echo "$1 on $2 did not answer" >&2; exit 1
 }
+
+redis_cpu() { # total used_cpu_user+sys over the given ports
+  local total=0
+  for p in "$@"; do
+    total=$(redis-cli -p "$p" info cpu | python3 -c '
+import sys
+d = dict(l.strip().split(":", 1) for l in sys.stdin if ":" in l)
+print(float(d["used_cpu_user"]) + float(d["used_cpu_sys"]) + float(sys.argv[1]))' "$total")
+  done
+  echo "$total"
+}

@@ -133,32 +133,23 @@ async fn a_decision_waits_for_its_replica_and_one_that_cannot_is_not_replicated(
         "replica killed: refused as not replicated after {}",
         ms(refused)
     );
-    let http = http_client();
-    let readyz = |http: reqwest::Client, url: String| async move {
-        let resp = http.get(url).send().await.expect("/readyz");
-        (resp.status(), resp.text().await.unwrap_or_default())
-    };
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (code, body) = readyz(http.clone(), server.http_url("/readyz")).await;
+        let resp = http_client().get(server.http_url("/readyz")).send().await;
+        let resp = resp.expect("/readyz");
+        let code = resp.status();
+        let text = resp.text().await.unwrap_or_default();
         assert_eq!(
             code, 200,
-            "readiness stays ready while replicas are short: {body}"
+            "readiness stays ready while replicas are short: {text}"
         );
-        if body.contains("0 of 1 replica(s) connected") {
+        if text.contains("0 of 1 replica(s) connected") {
             break;
         }
-        assert!(Instant::now() < deadline, "/readyz never warned: {body}");
+        assert!(Instant::now() < deadline, "/readyz never warned: {text}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let metrics = http
-        .get(server.http_url("/metrics"))
-        .send()
-        .await
-        .expect("/metrics")
-        .text()
-        .await
-        .unwrap_or_default();
+    let metrics = body(server.http_url("/metrics")).await;
     assert_eq!(store_metrics.store_replicas_short.get(), 1);
     assert!(
         metrics.lines().any(|l| l.starts_with(
@@ -218,15 +209,7 @@ async fn a_refused_connection_is_named_refused_everywhere() {
     let url = format!("redis://127.0.0.1:{nothing}");
     let server = Binary::serve(config.path(), &["--redis-url", &url], Some(log.clone())).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let http = http_client();
-    let readyz = http
-        .get(format!("{}/readyz", server.http_url))
-        .send()
-        .await
-        .expect("/readyz")
-        .text()
-        .await
-        .unwrap_or_default();
+    let readyz = body(format!("{}/readyz", server.http_url)).await;
     let want = format!("redis 127.0.0.1:{nothing}: connection refused");
     assert!(readyz.contains(&want), "/readyz: {readyz}");
     // A decision: answered by the failure policy (error), its cause counted as "refused".
@@ -235,14 +218,7 @@ async fn a_refused_connection_is_named_refused_everywhere() {
         .await
         .expect_err("no store: the error policy answers");
     assert!(status.message().contains(&want), "{status:?}");
-    let metrics = http
-        .get(format!("{}/metrics", server.http_url))
-        .send()
-        .await
-        .expect("/metrics")
-        .text()
-        .await
-        .unwrap_or_default();
+    let metrics = body(format!("{}/metrics", server.http_url)).await;
     for cause in ["refused", "connection"] {
         let line = format!("tollgate_store_failures_total{{policy=\"error\",cause=\"{cause}\"}} 1");
         assert!(metrics.contains(&line), "no `{line}` in:\n{metrics}");
@@ -293,14 +269,14 @@ fn wait_markers(ports: &[u16]) {
 
 /// `/readyz`'s body.
 async fn readyz(server: &TestServer) -> String {
-    http_client()
-        .get(server.http_url("/readyz"))
-        .send()
-        .await
-        .expect("/readyz")
-        .text()
-        .await
-        .unwrap_or_default()
+    body(server.http_url("/readyz")).await
+}
+
+/// A GET's body (empty when it has none).
+async fn body(url: String) -> String {
+    let resp = http_client().get(&url).send().await;
+    let resp = resp.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    resp.text().await.unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
