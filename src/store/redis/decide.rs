@@ -407,6 +407,10 @@ impl Inner {
     /// upkeep's last count: failed at once, before it charges anything (its `WAIT` could only
     /// fall short, and would hold the connection until its timeout meanwhile).
     pub(super) fn short_of_replicas(&self, wait: &Wait, first_key: &str) -> Option<StoreError> {
+        if !self.health.any_short() {
+            // The common case: no routing table copied, nothing formatted.
+            return None;
+        }
         let (primary, place) = if self.clients.clustered {
             let node = durable::owner(self.clients.main(), redis_keyslot(first_key.as_bytes()))?;
             let name = format!("{}:{}", node.host, node.port);

@@ -50,11 +50,15 @@ impl Wait {
     }
 
     /// A `WAIT` of `acked` replicas: fine, or the call's failure.
-    pub fn check(&self, acked: i64, place: &Option<Server>) -> Result<(), StoreError> {
+    pub fn check(
+        &self,
+        acked: i64,
+        place: impl FnOnce() -> Option<Server>,
+    ) -> Result<(), StoreError> {
         if acked >= i64::from(self.replicas) {
             return Ok(());
         }
-        let place = match place {
+        let place = match place() {
             Some(s) => format!("redis {}:{}", s.host, s.port),
             None => super::error::SOMEWHERE.to_string(),
         };

@@ -58,6 +58,8 @@ pub struct Health {
     replicas_warning: Mutex<Option<String>>,
     /// Those primaries (`host:port`, or the URL's host on a single node), and how many they have.
     short: Mutex<Vec<(String, usize)>>,
+    /// `short` is not empty: a call's check costs one load while every primary has its replicas.
+    any_short: AtomicBool,
     /// The markers that tell a Redis came back empty, under `--redis-key-prefix`.
     markers: Markers,
     key_prefix: String,
@@ -83,6 +85,7 @@ impl Health {
             wait_replicas,
             replicas_warning: Mutex::new(None),
             short: Mutex::new(Vec::new()),
+            any_short: AtomicBool::new(false),
             markers: Markers::default(),
             key_prefix,
         }
@@ -185,6 +188,7 @@ impl Health {
             .collect();
         self.metrics.store_replicas_short.set(short.len() as i64);
         let warning = replication::shortfall(wanted, &short);
+        self.any_short.store(!short.is_empty(), Ordering::Relaxed);
         *self.short.lock() = short;
         if let Some(w) = &warning {
             if let Some(suppressed) = log_throttle::due("redis_replicas_short") {
@@ -194,9 +198,17 @@ impl Health {
         *self.replicas_warning.lock() = warning;
     }
 
+    /// Whether any primary had fewer replicas connected than wanted at the last count.
+    pub fn any_short(&self) -> bool {
+        self.any_short.load(Ordering::Relaxed)
+    }
+
     /// How many replicas `primary` had connected at the last count, when fewer than
     /// `--redis-wait-replicas` (on a single node `primary` is `None`).
     pub fn replicas_short(&self, primary: Option<&str>) -> Option<usize> {
+        if !self.any_short.load(Ordering::Relaxed) {
+            return None;
+        }
         let short = self.short.lock();
         match primary {
             None => short.first().map(|(_, n)| *n),

@@ -122,9 +122,6 @@ pub async fn eval<R: FromValue>(
             }
             (asking, Some(wait)) => {
                 let asking = asking.as_ref().map(|(_, node)| node);
-                let node = asking
-                    .cloned()
-                    .or_else(|| durable::owner(client, hash_slot));
                 let sent = durable::evalsha_then_wait(
                     client,
                     options,
@@ -138,8 +135,14 @@ pub async fn eval<R: FromValue>(
                 .await;
                 match sent {
                     Ok((reply, acked)) => {
-                        // Ran, and maybe lost: the failure policy answers.
-                        wait.check(acked, &node).map_err(EvalError::Failed)?;
+                        // Ran, and maybe lost: the failure policy answers. The node is
+                        // looked up only then, for the message.
+                        wait.check(acked, || {
+                            asking
+                                .cloned()
+                                .or_else(|| durable::owner(client, hash_slot))
+                        })
+                        .map_err(EvalError::Failed)?;
                         reply.convert()
                     }
                     Err(e) => Err(e),
