@@ -50,7 +50,7 @@ pub enum Connection {
 
 impl Cause {
     /// The metric's and span's name for the cause: one of
-    /// [`FAILURE_CAUSES`](crate::telemetry::metrics::FAILURE_CAUSES).
+    /// [`FAILURE_CAUSES`](crate::telemetry::counted::FAILURE_CAUSES).
     pub fn kind(&self) -> &'static str {
         match self {
             Cause::Timeout(_) => "timeout",
@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn every_cause_has_a_series_of_the_metric() {
-        use crate::telemetry::metrics::FAILURE_CAUSES;
+        use crate::telemetry::counted::FAILURE_CAUSES;
         let causes = [
             Cause::Timeout(None),
             Cause::Connection(Connection::Refused),

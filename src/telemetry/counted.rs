@@ -94,3 +94,25 @@ impl StoreOp {
         }
     }
 }
+
+/// Why the store could not decide, as `tollgate_store_failures_total` names it (and the log
+/// line's `cause`, `/readyz`'s and the trace span's `error.type`).
+pub const FAILURE_CAUSES: [&str; 10] = [
+    "timeout",
+    "refused",
+    "reset",
+    "tls",
+    "auth",
+    "dns",
+    "io",
+    "script",
+    "not_run",
+    "not_replicated",
+];
+
+/// The causes that were all `connection` before they had names of their own.
+pub const CONNECTION_CAUSES: [&str; 6] = ["refused", "reset", "tls", "auth", "dns", "io"];
+
+/// Their old name, still counted (the sum of [`CONNECTION_CAUSES`]) until the next release,
+/// so alerts on it keep working; sums over `cause` leave it out.
+pub const OLD_CONNECTION_CAUSE: &str = "connection";

@@ -22,7 +22,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::telemetry::counted::{LimitResult, RequestCode, StoreOp};
+use crate::telemetry::counted::{
+    LimitResult, RequestCode, StoreOp, CONNECTION_CAUSES, FAILURE_CAUSES, OLD_CONNECTION_CAUSE,
+};
 
 /// The `domain` label of a request for a domain the config does not know.
 pub const UNKNOWN_DOMAIN: &str = "__unknown__";
@@ -65,28 +67,6 @@ struct SlotLabels {
 struct VersionLabels {
     version: String,
 }
-
-/// Why the store could not decide, as `tollgate_store_failures_total` names it (and the log
-/// line's `cause`, `/readyz`'s and the trace span's `error.type`).
-pub const FAILURE_CAUSES: [&str; 10] = [
-    "timeout",
-    "refused",
-    "reset",
-    "tls",
-    "auth",
-    "dns",
-    "io",
-    "script",
-    "not_run",
-    "not_replicated",
-];
-
-/// The causes that were all `connection` before they had names of their own.
-const CONNECTION_CAUSES: [&str; 6] = ["refused", "reset", "tls", "auth", "dns", "io"];
-
-/// Their old name, still counted (the sum of [`CONNECTION_CAUSES`]) until the next release,
-/// so alerts on it keep working; sums over `cause` leave it out.
-pub const OLD_CONNECTION_CAUSE: &str = "connection";
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PolicyLabels {
@@ -146,6 +126,11 @@ pub struct Metrics {
     /// The running xDS config's version, as one series labelled with it.
     xds_version: Family<VersionLabels, Gauge>,
     pub local_cache_hits: Counter,
+    /// Answers held until they fit (`max_wait`), and for how long in all.
+    pub held: Counter,
+    pub held_seconds: Counter<f64, AtomicU64>,
+    /// Requests that could have waited but found `--max-held` answers held already.
+    pub held_full: Counter,
     store_failures: Family<PolicyLabels, Counter>,
     pub refunds: Counter,
     /// Counters an operator reset (`POST /counters/reset`).
@@ -292,6 +277,24 @@ impl Metrics {
             "Requests denied from the local over-limit cache, without Redis",
             local_cache_hits.clone(),
         );
+        let held = Counter::default();
+        registry.register(
+            "tollgate_held",
+            "Answers held until the request fits (max_wait on a token bucket)",
+            held.clone(),
+        );
+        let held_seconds = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "tollgate_held_seconds",
+            "Time answers were held in all (max_wait)",
+            held_seconds.clone(),
+        );
+        let held_full = Counter::default();
+        registry.register(
+            "tollgate_held_full",
+            "Requests that could have waited but were decided without waiting: --max-held answers were held already",
+            held_full.clone(),
+        );
         let store_failures = Family::<PolicyLabels, Counter>::default();
         registry.register(
             "tollgate_store_failures",
@@ -390,6 +393,9 @@ impl Metrics {
             xds_nacks,
             xds_version,
             local_cache_hits,
+            held,
+            held_seconds,
+            held_full,
             store_failures,
             refunds,
             counter_resets,
