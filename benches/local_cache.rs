@@ -47,6 +47,7 @@ fn params() -> LimitParams {
         burst: 100,
         overdraft: false,
         calendar: None,
+        max_wait_us: 0,
     }
 }
 

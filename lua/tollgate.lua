@@ -21,7 +21,8 @@
 --   reservation are held under it), and a reservation record's time to live in ms (RESERVE). Then
 --   CHARGE_NUMBERS per charge: key index (1-based into KEYS), algorithm, limit, window_us,
 --   burst, overdraft (0|1), cost, role (ENFORCED, SHADOW, or QUOTA + d for quota descriptor d
---   of the request). A calendar window (a fixed window whose window is a calendar period in a
+--   of the request), max_wait (µs: a token bucket's charge is decided as fitting when it would
+--   fit that much later, algorithm::admits; 0 for the others). A calendar window (a fixed window whose window is a calendar period in a
 --   time zone, src/limit/calendar.rs) sends -a as its window and b as its burst: a and b are two
 --   consecutive period ends around the caller's clock, and the window holding now ends at the
 --   first of them after now. A concurrency limit's window is its hold (how long a slot stays
@@ -74,7 +75,7 @@
 -- a single call).
 
 -- The layout (src/store/redis/script.rs `layout`).
-local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 8, 5
+local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 9, 5
 local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND, RELEASE, RENEW = 0, 1, 2, 3, 4, 5
 local RESERVE, SETTLE, UNRESERVE = 6, 7, 8
 local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY = 0, 1, 2, 3
@@ -582,13 +583,14 @@ build = function()
         hist = string.sub(raw, pos) }
     end
 
-    function t.fits(s, p, k)
+    -- Whether k fits wait µs from now (0: now; token_bucket::fits_within).
+    function t.fits(s, p, k, wait)
       if k > p.burst then return false end
       local du, df = debt(s, p)
       local ku, kf = ptimes(p, k)
       local nu, nf = padd(p, du, df, ku, kf)
       local bu, bf = ptimes(p, p.burst)
-      return pcmp(nu, nf, bu, bf) <= 0
+      return pcmp(nu, nf, bu + wait, bf) <= 0
     end
 
     function t.land(c, p, cost)
@@ -688,7 +690,7 @@ build = function()
     end
 
     function t.retry_after(s, p, k)
-      if t.fits(s, p, k) then return 0 end
+      if t.fits(s, p, k, 0) then return 0 end
       local du, df = debt(s, p)
       local ku, kf = ptimes(p, k)
       local nu, nf = padd(p, du, df, ku, kf)
@@ -726,7 +728,7 @@ build = function()
 
   -- Whether k more fits under charge p's limit, after what the call has landed so far.
   local function fits(c, p, k)
-    if p.alg == TOKEN_BUCKET then return tb.fits(c.after, p, k) end
+    if p.alg == TOKEN_BUCKET then return tb.fits(c.after, p, k, p.wait) end
     return c.used + c.added + k <= p.limit
   end
 
@@ -913,8 +915,8 @@ build = function()
     -- it landed.
     local charges, counters = {}, {}
     for i = 1, n do
-      local ki, alg, limit, window, burst, overdraft, cost, role =
-        struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
+      local ki, alg, limit, window, burst, overdraft, cost, role, wait =
+        struct.unpack('<ddddddddd', P, FIRST + (i - 1) * CHARGE)
       local c = counters[ki]
       if c == nil then
         c = open(ki, alg, window, burst, overdraft == 1)
@@ -925,7 +927,8 @@ build = function()
       local q = math.floor(window / limit)
       charges[i] = { c = c, alg = alg, limit = limit, window = window, burst = burst,
         overdraft = overdraft == 1, cap = burst * CAP, q = q, r = window - q * limit,
-        cost = cost, role = role, allowed = false, landed = 0, mark1 = 0, mark2 = 0 }
+        cost = cost, role = role, wait = wait, allowed = false, landed = 0, mark1 = 0,
+        mark2 = 0 }
     end
 
     if mode == RELEASE or mode == RENEW then

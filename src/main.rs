@@ -164,6 +164,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         local_fallback_share: args.local_fallback_share,
         store_failure_header: args.store_failure_header,
         max_in_flight: args.max_in_flight as usize,
+        max_held: args.max_held,
         disabled: args.disabled,
         max_store_bytes: args.max_store_bytes,
         reservation_pair_keys: args

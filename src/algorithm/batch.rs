@@ -12,7 +12,7 @@
 
 use super::concurrency::{self, SlotId};
 use super::{
-    charge_as, check_cost, fits, refresh, remaining, reset_after, retry_after, Landing, State,
+    admits, charge_as, check_cost, refresh, remaining, reset_after, retry_after, Landing, State,
 };
 use crate::algorithm::rule::{verdict, ChargeOutcome, Mode, Role, Verdict};
 use crate::limit::{Algorithm, LimitParams};
@@ -94,7 +94,7 @@ pub fn evaluate(
     for c in charges {
         let counter = &mut counters[c.counter];
         let k = check_cost(&c.params, c.cost, count_rejected);
-        let ok = fits(&counter.after, &c.params, k, now);
+        let ok = admits(&counter.after, &c.params, k, now);
         // A denied request never takes slots: nothing would release them.
         let counts = count_rejected && c.params.algorithm != Algorithm::Concurrency;
         let landing = if ok || c.params.overdraft || counts {
@@ -256,6 +256,7 @@ pub(crate) mod tests {
             burst: limit,
             overdraft: false,
             calendar: None,
+            max_wait_us: 0,
         }
     }
 

@@ -118,6 +118,19 @@ pub fn fits(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> bool {
     }
 }
 
+/// The decision's question: whether `k` fits now or, on a token bucket with `max_wait_us`,
+/// within that wait (the request is then admitted now and held, see
+/// [`token_bucket::hold_us`]). What a denied charge reports still says when it fits without
+/// waiting. `state` must be refreshed.
+pub fn admits(state: &Option<State>, p: &LimitParams, k: u64, now: u64) -> bool {
+    match p.algorithm {
+        Algorithm::TokenBucket if p.max_wait_us > 0 => {
+            token_bucket::fits_within(tat(state), p, k, now, p.max_wait_us)
+        }
+        _ => fits(state, p, k, now),
+    }
+}
+
 /// Adds `cost` to the state, up to the usage cap. `state` must be refreshed.
 pub fn charge(state: &mut Option<State>, p: &LimitParams, cost: u64, now: u64) -> Landing {
     charge_as(state, p, cost, now, (0, 0))

@@ -63,6 +63,22 @@ pub fn fits(t: Option<&Tat>, p: &LimitParams, k: u64, now: u64) -> bool {
     debt(t, p, now) + k as u128 * w <= p.burst as u128 * w
 }
 
+/// Whether `k` fits within `wait` µs from now: it would fit at `now + wait` had nothing else
+/// been charged meanwhile (`max_wait`). Never more than the burst: that never fits.
+pub fn fits_within(t: Option<&Tat>, p: &LimitParams, k: u64, now: u64, wait: u64) -> bool {
+    let w = p.window_us as u128;
+    k <= p.burst
+        && debt(t, p, now) + k as u128 * w <= p.burst as u128 * w + wait as u128 * p.limit as u128
+}
+
+/// How long an admitted charge is held, from what the bucket reported for it (`reset`: the
+/// time until it is full again, rounded up): until the bucket's debt is back within its burst,
+/// when the charge would have fit. Rounded so that a hold ends no sooner than that.
+pub fn hold_us(p: &LimitParams, reset: u64) -> u64 {
+    let burst_period = p.burst as u128 * p.window_us as u128 / p.limit.max(1) as u128;
+    (reset as u128).saturating_sub(burst_period) as u64
+}
+
 /// Adds up to `cost`, stopping at the usage cap; returns the new state (`None` if it stays
 /// full), what was added and the refund mark `(born, seq)`.
 pub fn charge(

@@ -300,6 +300,11 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     pub max_in_flight: u32,
+    /// Most answers held at once (`max_wait` on a token bucket: a request that fits within its
+    /// wait is admitted and its answer held until then); a request finding them all taken is
+    /// decided without waiting. 0 = never hold.
+    #[arg(long, env = "TOLLGATE_MAX_HELD", default_value_t = 10_000)]
+    pub max_held: usize,
     /// Threads serving gRPC connections, each a single-threaded runtime holding its
     /// connections for good; 0 = one per available core.
     #[arg(long, env = "TOLLGATE_SERVING_THREADS", default_value_t = 0)]

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::raw::{
-    calendar_unit, check_concurrency, compile_calendar, slot_hold_us, window_us, Amount, RawFile,
-    RawLimit, RawPrices, RawRule, DEFAULT_SLOT_HOLD_US,
+    calendar_unit, check_concurrency, compile_calendar, max_wait_us, slot_hold_us, window_us,
+    Amount, RawFile, RawLimit, RawPrices, RawRule, DEFAULT_SLOT_HOLD_US,
 };
 use super::{Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::config::error::{
@@ -306,7 +306,15 @@ fn compile_limit(
         burst,
         overdraft: (rl.overdraft || usage) && algorithm != Algorithm::Concurrency,
         calendar,
+        max_wait_us: match rl.max_wait.as_deref() {
+            Some(w) => max_wait_us(w)?,
+            None => 0,
+        },
     };
+    if params.overdraft && params.max_wait_us > 0 {
+        // A usage domain's limits are overdraft ones.
+        return Err(LimitError::MaxWaitWithOverdraft);
+    }
     if let Some(lease) = rl.lease {
         check_lease(lease, rl.shared, &params).map_err(|e| {
             if usage && !rl.overdraft {

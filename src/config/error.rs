@@ -190,6 +190,18 @@ pub enum LimitError {
     CalendarUnit { unit: String, calendar: String },
     #[error("invalid lease_ttl '{0}': expected whole seconds from 1s to 1d, like 30s or 5m")]
     SlotHold(String),
+    #[error(
+        "invalid max_wait '{0}': expected whole milliseconds from 1ms to 60s, like 200ms or 2s"
+    )]
+    MaxWait(String),
+    #[error(
+        "max_wait needs algorithm token_bucket (found {0}): a bucket says when a request fits; a window only when it ends"
+    )]
+    MaxWaitAlgorithm(&'static str),
+    #[error("max_wait cannot be combined with lease: units an instance holds ahead are spent at once or not at all")]
+    MaxWaitWithLease,
+    #[error("max_wait cannot be combined with overdraft: an overdraft charge always lands, so nothing waits")]
+    MaxWaitWithOverdraft,
     #[error("lease_ttl is only valid with algorithm concurrency")]
     SlotHoldWithoutConcurrency,
     #[error("a concurrency limit cannot also have {0}")]

@@ -315,6 +315,9 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
             if l.lease > 0 {
                 let _ = write!(s, ", lease: {}", l.lease);
             }
+            if p.max_wait_us > 0 {
+                let _ = write!(s, ", max_wait: {}ms", p.max_wait_us / 1000);
+            }
             for (flag, on) in [
                 ("shared", l.shared),
                 ("overdraft", p.overdraft),

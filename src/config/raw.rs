@@ -179,6 +179,10 @@ pub struct RawLimit {
     /// `requests_per_unit`.
     #[serde(default)]
     pub spend: Option<Amount>,
+    /// tollgate: on a `token_bucket`, a request that would fit within this long is admitted
+    /// now and its answer held until it fits, instead of refused (`1ms` to `60s`).
+    #[serde(default, deserialize_with = "max_wait")]
+    pub max_wait: Option<String>,
 }
 
 /// A limit read from a file, its fields checked against each other as it was read (calendar
@@ -262,6 +266,29 @@ fn week_starts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
         Some(_) => Ok(s),
         None => Err(LimitError::WeekStarts(s)),
     })
+}
+
+/// A limit's `max_wait`, checked here so that an error names its line.
+fn max_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    as_written(d, |s: String| max_wait_us(&s).map(|_| s))
+}
+
+/// The longest `max_wait`: a minute. A held answer holds a connection's stream and a permit
+/// (`--max-held`); a caller waiting longer than this is better told to come back.
+pub const MAX_WAIT_US: u64 = 60_000_000;
+
+/// `max_wait`: whole milliseconds from 1 ms to a minute, in microseconds.
+pub(super) fn max_wait_us(text: &str) -> Result<u64, LimitError> {
+    match duration::parse(text) {
+        Ok(d)
+            if !d.is_zero()
+                && d.as_micros() <= u128::from(MAX_WAIT_US)
+                && d.subsec_nanos() % 1_000_000 == 0 =>
+        {
+            Ok(d.as_micros() as u64)
+        }
+        _ => Err(LimitError::MaxWait(text.to_string())),
+    }
 }
 
 /// A limit's `lease_ttl`, checked here so that an error names its line.
@@ -351,6 +378,17 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
     }
     if rl.lease_ttl.is_some() && algorithm != Algorithm::Concurrency {
         return Err(LimitError::SlotHoldWithoutConcurrency);
+    }
+    if rl.max_wait.is_some() {
+        if algorithm != Algorithm::TokenBucket {
+            return Err(LimitError::MaxWaitAlgorithm(algorithm.name()));
+        }
+        if rl.lease.is_some() {
+            return Err(LimitError::MaxWaitWithLease);
+        }
+        if rl.overdraft {
+            return Err(LimitError::MaxWaitWithOverdraft);
+        }
     }
     if let Some(spend) = rl.spend {
         if rl.requests_per_unit.is_some() {

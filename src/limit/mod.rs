@@ -77,6 +77,10 @@ pub struct LimitParams {
     /// A fixed window that is a calendar period in a time zone (`calendar:`), not an
     /// epoch-aligned one.
     pub calendar: Option<Calendar>,
+    /// `max_wait:` (token buckets only): a charge that would fit within this many µs is
+    /// admitted now and held until it fits (0: never wait). The service lowers it to what the
+    /// caller's deadline leaves (`service::hold`); it never changes the counter's key.
+    pub max_wait_us: u64,
 }
 
 /// Debt beyond a full limit is capped at this many times its capacity: usage (an overdraft's
@@ -160,6 +164,7 @@ impl Limit {
                 burst: requests_per_unit as u64,
                 overdraft,
                 calendar: None,
+                max_wait_us: 0,
             },
         );
         limit.metric_label = OVERRIDE_LABEL.to_string();

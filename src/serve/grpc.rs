@@ -103,7 +103,7 @@ async fn should_rate_limit<S: Store>(
             Ok(m) => m,
             Err(status) => return status.into_http(),
         };
-    let decide = limiter.should_rate_limit(&message);
+    let decide = limiter.should_rate_limit_by(&message, deadline);
     let decided = match deadline {
         None => traced(decide, &span).await,
         Some(at) => match tokio::time::timeout_at(at, traced(decide, &span)).await {

@@ -11,6 +11,7 @@ use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
 use crate::plan::Plan;
 use crate::service::decision::{assemble, on_store_failure, refused, Code, Decision};
 use crate::service::error::CallError;
+use crate::service::hold::Hold;
 use crate::service::respond::response;
 use crate::service::settings::{FailureMode, Settings};
 use crate::store::error::StoreError;
@@ -94,6 +95,14 @@ pub struct Answered<'c> {
     pub refused: Vec<usize>,
     /// The request was decided as a reservation (`Mode::Reserve`).
     pub reserving: bool,
+    /// An answer to hold before it goes out (`max_wait`, see `service::hold`); taken by the
+    /// service, which then sets `held_us`.
+    pub hold: Option<Hold>,
+    /// How long the answer was held, µs.
+    pub held_us: u64,
+    /// A charge could have waited, but `--max-held` answers were held already: it was decided
+    /// without waiting.
+    pub held_full: bool,
 }
 
 /// Who decided.
@@ -124,6 +133,9 @@ impl<'c> Answered<'c> {
             rest: None,
             refused: Vec::new(),
             reserving: false,
+            hold: None,
+            held_us: 0,
+            held_full: false,
         }
     }
 

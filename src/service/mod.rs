@@ -12,6 +12,7 @@
 pub mod answer;
 pub mod decision;
 pub mod error;
+pub mod hold;
 pub mod marked;
 pub mod observe;
 pub mod paired;
@@ -37,6 +38,7 @@ use crate::service::answer::{
     Answered, AnsweredBy, Ended, Released, SettleDone, Settled, SlotsDone,
 };
 use crate::service::error::{CallError, InvalidRequest, StoreDown};
+use crate::service::hold::Hold;
 use crate::service::marked::{any_marked, split};
 use crate::service::observe::{Observer, Report};
 use crate::service::paired::paired;
@@ -58,6 +60,8 @@ pub struct RateLimiter<S> {
     fallback: Option<MemoryStore>,
     /// Permits for decisions in flight (`--max-in-flight`).
     in_flight: Semaphore,
+    /// Permits for answers held (`--max-held`, see [`hold`]).
+    held: Arc<Semaphore>,
     observer: Observer,
 }
 
@@ -74,6 +78,7 @@ impl<S: Store> RateLimiter<S> {
     ) -> Self {
         RateLimiter {
             in_flight: Semaphore::new(settings.max_in_flight.max(1)),
+            held: Arc::new(Semaphore::new(settings.max_held)),
             observer: Observer::new(metrics),
             config,
             store,
@@ -109,6 +114,16 @@ impl<S: Store> RateLimiter<S> {
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, CallError> {
+        self.should_rate_limit_by(req, None).await
+    }
+
+    /// [`RateLimiter::should_rate_limit`] for a caller whose deadline is `deadline`: no
+    /// answer is held past what it leaves (see [`hold`]).
+    pub async fn should_rate_limit_by(
+        &self,
+        req: &RateLimitRequest,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<RateLimitResponse, CallError> {
         let started = Instant::now();
         let config = self.config.load_full();
         let policy = config.domains.get(&req.domain).map(|d| d.policy);
@@ -118,7 +133,17 @@ impl<S: Store> RateLimiter<S> {
             self.observer.overloaded(req, policy.is_some());
             return Err(CallError::Overloaded(self.settings.max_in_flight));
         };
-        let ended = self.answer(req, &config, policy).await;
+        let mut ended = self
+            .answer(req, &config, policy, hold::budget(deadline))
+            .await;
+        // A held answer waits without an in-flight permit: those count decisions.
+        drop(_permit);
+        if let Ok(answer) = &mut ended.result {
+            if let Some(h) = answer.hold.take() {
+                answer.held_us = h.us;
+                hold::held(&self.store, h).await;
+            }
+        }
         let report = |decision| Report {
             req,
             known: policy.is_some(),
@@ -177,6 +202,7 @@ impl<S: Store> RateLimiter<S> {
         req: &RateLimitRequest,
         config: &'c Config,
         policy: Option<DomainPolicy>,
+        wait: Option<u64>,
     ) -> Ended<'c> {
         let invalid = |e: InvalidRequest| Ended::refused(e.into());
         if let Err(e) = validate(req, &self.settings.bounds) {
@@ -192,7 +218,7 @@ impl<S: Store> RateLimiter<S> {
                 }
             }
             return self
-                .decide(req, config, policy, disabled, charging, None)
+                .decide(req, config, policy, disabled, How::new(charging, wait))
                 .await;
         }
         let marked = match split(req, policy.and_then(|p| p.default_estimate)) {
@@ -238,7 +264,7 @@ impl<S: Store> RateLimiter<S> {
             } else {
                 charging
             };
-            self.decide(&rest, config, policy, disabled, mode, None)
+            self.decide(&rest, config, policy, disabled, How::new(mode, wait))
                 .await
         };
         ended.release = released;
@@ -274,8 +300,11 @@ impl<S: Store> RateLimiter<S> {
                 return ended;
             }
         }
-        self.decide(req, config, policy, false, Mode::Reserve, Some(id))
-            .await
+        let how = How {
+            id: Some(id),
+            ..How::new(Mode::Reserve, Some(0))
+        };
+        self.decide(req, config, policy, false, how).await
     }
 
     /// Settles the reservation `id` on the counters `req`'s descriptors reach, each
@@ -370,9 +399,9 @@ impl<S: Store> RateLimiter<S> {
         config: &'c Config,
         policy: Option<DomainPolicy>,
         disabled: bool,
-        mode: Mode,
-        id: Option<SlotId>,
+        how: How,
     ) -> Ended<'c> {
+        let How { mode, id, wait } = how;
         if disabled {
             // The kill switch: OK for every descriptor, nothing read or written.
             let plan = Plan::no_limits(req.descriptors.len());
@@ -428,13 +457,47 @@ impl<S: Store> RateLimiter<S> {
             });
             return self.on_store_failure(plan, reason).await;
         }
+        // Waiting (`max_wait`): up to what the deadline leaves, while `--max-held` allows; a
+        // reservation never waits.
+        let (mut permit, mut held_full) = (None, false);
+        if hold::waits(&plan) {
+            permit = match mode {
+                Mode::Reserve => None,
+                _ => self.held.clone().try_acquire_owned().ok(),
+            };
+            held_full = permit.is_none() && mode != Mode::Reserve;
+            hold::cap_waits(
+                &mut plan,
+                permit.as_ref().map_or(0, |_| wait.unwrap_or(u64::MAX)),
+            );
+            if !hold::waits(&plan) {
+                permit = None;
+            }
+        }
         let asked = Instant::now();
-        let mut ended = match self.store.apply(&plan, mode).await {
-            Ok(outcomes) => Ended::answered(plan, outcomes, AnsweredBy::Store(asked.elapsed())),
+        let decided = match permit {
+            None => self.store.apply(&plan, mode).await.map(|o| (o, None)),
+            Some(_) => self
+                .store
+                .apply_taking(&plan, mode)
+                .await
+                .map(|(o, taken)| (o, Some(taken))),
+        };
+        let mut ended = match decided {
+            Ok((outcomes, taken)) => {
+                let us = hold::hold_of(&plan, &outcomes);
+                let mut ended = Ended::answered(plan, outcomes, AnsweredBy::Store(asked.elapsed()));
+                if let (Ok(answer), Some(taken), Some(permit)) = (&mut ended.result, taken, permit)
+                {
+                    answer.hold = (us > 0).then_some(Hold { us, taken, permit });
+                }
+                ended
+            }
             Err(e) => self.on_store_failure(plan, e).await,
         };
         if let Ok(answer) = &mut ended.result {
             answer.reserving = mode == Mode::Reserve;
+            answer.held_full = held_full;
         }
         ended
     }
@@ -470,6 +533,24 @@ impl<S: Store> RateLimiter<S> {
         let outcomes: Vec<ChargeOutcome> =
             store.apply(&local, mode).await.map_err(CallError::store)?;
         Ok(Answered::new(local, outcomes, AnsweredBy::Local))
+    }
+}
+
+/// How a request is decided: in `mode`, a reservation recorded under `id` (a fresh one when
+/// `None`), waiting at most `wait` µs (`None`: as long as its limits' `max_wait`).
+struct How {
+    mode: Mode,
+    id: Option<SlotId>,
+    wait: Option<u64>,
+}
+
+impl How {
+    fn new(mode: Mode, wait: Option<u64>) -> How {
+        How {
+            mode,
+            id: None,
+            wait,
+        }
     }
 }
 

@@ -117,6 +117,17 @@ impl Observer {
                 ]
             });
         }
+        if let Ok(answer) = &r.ended.result {
+            if answer.held_us > 0 {
+                self.metrics.held.inc();
+                self.metrics
+                    .held_seconds
+                    .inc_by(answer.held_us as f64 / 1e6);
+            }
+            if answer.held_full {
+                self.metrics.held_full.inc();
+            }
+        }
         match (&r.ended.result, r.decision) {
             (Ok(answer), Some(decision)) => self.answered(r, answer, decision, &domain, settings),
             (Ok(_), None) => {}

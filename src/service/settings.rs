@@ -22,6 +22,9 @@ pub struct Settings {
     pub store_failure_header: bool,
     /// Most decisions in flight at once; more are refused at once (`RESOURCE_EXHAUSTED`).
     pub max_in_flight: usize,
+    /// Most answers held at once (`max_wait`, see `service::hold`); a request that finds them
+    /// all taken is decided without waiting.
+    pub max_held: usize,
     /// The kill switch: every request is answered OK without touching the store.
     pub disabled: bool,
     /// Most bytes a memory store's counters hold (`--max-store-bytes`): the store itself, or
@@ -44,6 +47,7 @@ impl Default for Settings {
             local_fallback_share: 1,
             store_failure_header: false,
             max_in_flight: 4096,
+            max_held: crate::service::hold::DEFAULT_MAX_HELD,
             disabled: false,
             max_store_bytes: crate::store::memory::DEFAULT_MAX_BYTES,
             reservation_pair_keys: Vec::new(),

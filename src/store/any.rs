@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::memory::MemoryStore;
 use super::redis::RedisStore;
-use super::{CounterReading, Store};
+use super::{CounterReading, Store, Taken};
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
 use crate::plan::Plan;
@@ -73,6 +73,12 @@ pub trait DynStore: Send + Sync + 'static {
         plan: &'a Plan<'a>,
         mode: Mode,
     ) -> Boxed<'a, Result<Vec<ChargeOutcome>, StoreError>>;
+    fn apply_taking_boxed<'a>(
+        &'a self,
+        plan: &'a Plan<'a>,
+        mode: Mode,
+    ) -> Boxed<'a, Result<(Vec<ChargeOutcome>, Taken), StoreError>>;
+    fn give_back_boxed(&self, taken: Taken) -> Boxed<'_, ()>;
     fn name(&self) -> &'static str;
     fn is_ready(&self) -> bool;
     fn reason(&self) -> Option<StoreError>;
@@ -97,6 +103,16 @@ impl<S: Store> DynStore for S {
         mode: Mode,
     ) -> Boxed<'a, Result<Vec<ChargeOutcome>, StoreError>> {
         Box::pin(self.apply(plan, mode))
+    }
+    fn apply_taking_boxed<'a>(
+        &'a self,
+        plan: &'a Plan<'a>,
+        mode: Mode,
+    ) -> Boxed<'a, Result<(Vec<ChargeOutcome>, Taken), StoreError>> {
+        Box::pin(self.apply_taking(plan, mode))
+    }
+    fn give_back_boxed(&self, taken: Taken) -> Boxed<'_, ()> {
+        Box::pin(self.give_back(taken))
     }
     fn name(&self) -> &'static str {
         Store::name(self)
@@ -139,6 +155,26 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.apply(plan, mode).await,
             AnyStore::Redis(s) => s.apply(plan, mode).await,
             AnyStore::Other(s) => s.apply_boxed(plan, mode).await,
+        }
+    }
+
+    async fn apply_taking(
+        &self,
+        plan: &Plan<'_>,
+        mode: Mode,
+    ) -> Result<(Vec<ChargeOutcome>, Taken), StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.apply_taking(plan, mode).await,
+            AnyStore::Redis(s) => s.apply_taking(plan, mode).await,
+            AnyStore::Other(s) => s.apply_taking_boxed(plan, mode).await,
+        }
+    }
+
+    async fn give_back(&self, taken: Taken) {
+        match self {
+            AnyStore::Memory(s) => s.give_back(taken).await,
+            AnyStore::Redis(s) => s.give_back(taken).await,
+            AnyStore::Other(s) => s.give_back_boxed(taken).await,
         }
     }
 

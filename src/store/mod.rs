@@ -17,6 +17,30 @@ use crate::algorithm::State;
 use crate::plan::Plan;
 
 use error::StoreError;
+use placement::Placed;
+use protocol::Refund;
+
+/// What a decision left landed, owned, so that it can be given back later: a held call
+/// (`max_wait`) whose caller went away gives its place back ([`Store::give_back`]).
+pub struct Taken {
+    pub placed: Placed<'static>,
+    /// Per placement group with something landed: its refunds, and the `now` it ran at (the
+    /// Redis script's; the memory store reads its clock again).
+    pub leftovers: Vec<(usize, Vec<Refund>, i64)>,
+    /// The mode the request ran in.
+    pub mode: Mode,
+}
+
+impl Taken {
+    /// Nothing to give back.
+    pub fn nothing(mode: Mode) -> Taken {
+        Taken {
+            placed: Placed::default(),
+            leftovers: Vec::new(),
+            mode,
+        }
+    }
+}
 
 pub trait Store: Send + Sync + 'static {
     /// Decides and charges `plan`'s charges as one request, by the rule of
@@ -28,6 +52,24 @@ pub trait Store: Send + Sync + 'static {
         plan: &Plan<'_>,
         mode: Mode,
     ) -> impl Future<Output = Result<Vec<ChargeOutcome>, StoreError>> + Send;
+
+    /// [`Store::apply`], keeping what landed so that [`Store::give_back`] can take it back.
+    /// A store that cannot give back keeps nothing: what it charged then stays until its window
+    /// passes (under-admitting, never over-admitting).
+    fn apply_taking(
+        &self,
+        plan: &Plan<'_>,
+        mode: Mode,
+    ) -> impl Future<Output = Result<(Vec<ChargeOutcome>, Taken), StoreError>> + Send {
+        async move { Ok((self.apply(plan, mode).await?, Taken::nothing(mode))) }
+    }
+
+    /// Refunds what [`Store::apply_taking`] left landed, exactly where the algorithms can
+    /// (a token bucket's refund history, `algorithm::token_bucket`). A failure only logs.
+    fn give_back(&self, taken: Taken) -> impl Future<Output = ()> + Send {
+        let _ = taken;
+        async {}
+    }
 
     /// What kind of store this is, for spans and logs (`memory`, `redis`).
     fn name(&self) -> &'static str;

@@ -31,7 +31,7 @@ pub struct PlacedCharge<'a> {
 }
 
 /// Charges sharing a hash tag, with their distinct keys.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
     /// Per distinct key of the group, the placed charge that names it.
     pub keys: Vec<usize>,
@@ -56,7 +56,7 @@ impl Group {
 }
 
 /// A request laid out in placement groups.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placed<'a> {
     pub charges: Vec<PlacedCharge<'a>>,
     pub groups: Vec<Group>,

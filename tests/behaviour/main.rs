@@ -17,7 +17,9 @@
 //! - `slots`: concurrency caps: slots, releases, leases, two instances racing;
 //! - `reservations`: reserve an estimate, settle to the actual; racing callers never overspend;
 //! - `counters`: the operator's counters (read without writing, resets racing decisions) and who
-//!   is being limited.
+//!   is being limited;
+//! - `waiting`: `max_wait` holds a request until it fits instead of refusing it, in order, within
+//!   its deadline and `--max-held`, and a caller gone while held gives its place back.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -39,3 +41,4 @@ mod reservations;
 mod script;
 mod slots;
 mod usage;
+mod waiting;

@@ -160,6 +160,7 @@ fn params(
             },
             overdraft,
             calendar: None,
+            max_wait_us: 0,
         },
     )
 }
@@ -746,6 +747,7 @@ fn store_scenario() -> impl Strategy<Value = (Vec<LimitParams>, u64, Vec<(u64, V
                 },
                 overdraft,
                 calendar: None,
+                max_wait_us: 0,
             },
         );
     prop::collection::vec(limit, 1..=3).prop_flat_map(|ps| {

@@ -119,13 +119,22 @@ fn limits(rng: &mut Rng) -> Vec<LimitParams> {
                 Algorithm::TokenBucket => rng.pick(&[limit, 2 * limit, 1, 7]),
                 _ => limit,
             };
+            let overdraft = algorithm != Algorithm::Concurrency && rng.chance(20);
+            // A token bucket's max_wait: from a µs to several units' refill.
+            let waits = algorithm == Algorithm::TokenBucket && !overdraft && rng.chance(40);
+            let unit_us = window_us / limit.max(1);
             LimitParams {
                 algorithm,
                 limit,
                 window_us,
                 burst,
-                overdraft: algorithm != Algorithm::Concurrency && rng.chance(20),
+                overdraft,
                 calendar,
+                max_wait_us: if waits {
+                    rng.pick(&[1, unit_us / 2 + 1, unit_us, 3 * unit_us + 7])
+                } else {
+                    0
+                },
             }
         })
         .collect()

@@ -48,6 +48,8 @@ descriptors:
     rate_limit: {name: per-grpc-caller, unit: hour, requests_per_unit: 2}
   - key: load                      # enforce.rs: load across connection-age GOAWAYs
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: wait_key                  # waiting.rs: held until it fits, not refused
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, max_wait: 2s}
 "#;
 
 /// Domain `llm-slots` (slots.rs): generations in flight per model, 2 at a time, released by
@@ -106,8 +108,9 @@ descriptors:
 );
 
 /// Envoy's filter timeout on the shared listeners: generous, so a loaded test machine never
-/// turns a slow answer into a failure; the failure tests set their own.
-const TIMEOUT: &str = "2s";
+/// turns a slow answer into a failure, and above `wait_key`'s `max_wait` (waiting.rs); the
+/// failure tests set their own.
+const TIMEOUT: &str = "3s";
 /// The failure listeners' filter timeout, and the failing tollgates' Redis deadline.
 pub const FAILURE_FILTER_TIMEOUT: Duration = Duration::from_millis(500);
 const FAILURE_REDIS_TIMEOUT: &str = "50ms";
@@ -440,6 +443,7 @@ fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: V
 /// - `/reserve/default`, `/reserve/strict`: reservations (domains `llm-reserve` and
 ///   `llm-reserve-strict`, see [`reserve_limits`]);
 /// - `/money`: a money budget (domain `llm-money`, see [`money_limits`]);
+/// - `/wait`: `wait_key` from `x-wait-key`, a token bucket that may hold a request 2 s;
 /// - `/load`: `load` from `x-load`, never denied.
 fn main_routes(side: &Side) -> Value {
     let backend = side.backend_cluster.as_str();
@@ -521,6 +525,13 @@ fn main_routes(side: &Side) -> Value {
             Some("llm-slots"),
             json!([{"actions": [header_action("x-model", "model_unreleased")]}]),
         ),
+        {
+            "match": {"prefix": "/wait"},
+            "route": {
+                "cluster": backend,
+                "rate_limits": [{"actions": [header_action("x-wait-key", "wait_key")]}],
+            },
+        },
         {
             "match": {"prefix": "/load"},
             "route": {

@@ -20,3 +20,4 @@ mod money;
 mod reservations;
 mod shipped;
 mod slots;
+mod waiting;

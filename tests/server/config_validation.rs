@@ -640,6 +640,50 @@ descriptors:
         line: Some(4),
     },
     Bad {
+        name: "a max_wait on a fixed window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 5, max_wait: 2s}
+",
+        want: "max_wait needs algorithm token_bucket (found fixed_window)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a max_wait over a minute",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unit: second
+      requests_per_unit: 5
+      algorithm: token_bucket
+      max_wait: 2m
+",
+        want: "invalid max_wait '2m'",
+        line: Some(8),
+    },
+    Bad {
+        name: "a max_wait with a lease",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, max_wait: 1s, shared: true, lease: 2}
+",
+        want: "max_wait cannot be combined with lease",
+        line: Some(3),
+    },
+    Bad {
+        name: "a max_wait with overdraft",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token_bucket, max_wait: 1s, overdraft: true}
+",
+        want: "max_wait cannot be combined with overdraft",
+        line: Some(3),
+    },
+    Bad {
         name: "a lease_ttl without concurrency",
         yaml: "domain: d
 descriptors:

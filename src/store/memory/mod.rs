@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 
 use super::placement::{place, record_key, Layout, Placed};
 use super::protocol::{Next, Protocol};
-use super::{CounterReading, Store};
+use super::{CounterReading, Store, Taken};
 use crate::algorithm::inspect;
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
@@ -55,7 +55,31 @@ pub struct MemoryStore {
 
 impl Store for MemoryStore {
     async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
-        Ok(self.apply_now(plan, mode))
+        Ok(self.apply_now(plan, mode, false).0)
+    }
+
+    async fn apply_taking(
+        &self,
+        plan: &Plan<'_>,
+        mode: Mode,
+    ) -> Result<(Vec<ChargeOutcome>, Taken), StoreError> {
+        let (outcomes, taken) = self.apply_now(plan, mode, true);
+        Ok((outcomes, taken.unwrap_or_else(|| Taken::nothing(mode))))
+    }
+
+    async fn give_back(&self, taken: Taken) {
+        let now = self.clock.now_us();
+        let mut locked = self.lock(&taken.placed, &[]);
+        let run = Run {
+            now,
+            budget: self.shard_budget,
+            metrics: &self.metrics,
+            records: &[],
+        };
+        self.metrics.refunds.inc_by(taken.leftovers.len() as u64);
+        for (gi, refunds, _) in &taken.leftovers {
+            refund_group(&mut locked, &taken.placed, *gi, refunds, &run, taken.mode);
+        }
     }
 
     async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
@@ -207,7 +231,13 @@ impl MemoryStore {
             .collect()
     }
 
-    fn apply_now(&self, plan: &Plan<'_>, mode: Mode) -> Vec<ChargeOutcome> {
+    /// Decides `plan`; with `taking`, also what stays landed (for a give-back).
+    fn apply_now(
+        &self,
+        plan: &Plan<'_>,
+        mode: Mode,
+        taking: bool,
+    ) -> (Vec<ChargeOutcome>, Option<Taken>) {
         let now = self.clock.now_us();
         let placed = place(plan, "", self.layout);
         let records: Vec<String> = match mode.has_record() {
@@ -242,7 +272,20 @@ impl MemoryStore {
                         protocol.record(gi, answer);
                     }
                 }
-                Next::Done => return protocol.into_outcomes(),
+                Next::Done => {
+                    let taken = taking.then(|| {
+                        let leftovers = protocol.refunds(None);
+                        Taken {
+                            placed: placed.clone().into_owned(),
+                            leftovers: leftovers
+                                .into_iter()
+                                .map(|(gi, r)| (gi, r, now as i64))
+                                .collect(),
+                            mode,
+                        }
+                    });
+                    return (protocol.into_outcomes(), taken);
+                }
             }
         }
     }

@@ -37,6 +37,7 @@ use crate::store::placement::{
     place, record_key_of, record_life_us, Group, Layout, Placed, PlacedCharge,
 };
 use crate::store::protocol::{Next, Protocol, Refund};
+use crate::store::Taken;
 use crate::telemetry::counted::StoreOp;
 use crate::telemetry::logging;
 
@@ -90,7 +91,8 @@ impl Inner {
         self: &Arc<Inner>,
         plan: &Plan<'_>,
         mode: Mode,
-    ) -> Result<Vec<ChargeOutcome>, StoreError> {
+        taking: bool,
+    ) -> Result<(Vec<ChargeOutcome>, Option<Taken>), StoreError> {
         let inner = self;
         let layout = if inner.clients.clustered {
             Layout::ByTag
@@ -103,13 +105,14 @@ impl Inner {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
                 Lookup::AllExhausted(outcomes) => {
                     inner.opts.metrics.local_cache_hits.inc();
-                    return Ok(outcomes);
+                    return Ok((outcomes, None));
                 }
                 Lookup::SomeExhausted => dry_first = true,
                 Lookup::Miss => {}
             }
         }
         let deadline = Instant::now() + inner.opts.timeout;
+        let kept = taking.then(|| placed.clone());
         let (tx, rx) = oneshot::channel();
         let task = inner.clone();
         let decision = async move {
@@ -143,7 +146,14 @@ impl Inner {
             Ok(()) => {
                 decision.decision = None;
                 match rx.await {
-                    Ok(result) => result.map(|d| d.outcomes),
+                    Ok(result) => result.map(|d| {
+                        let taken = kept.map(|placed| Taken {
+                            placed,
+                            leftovers: d.leftovers,
+                            mode,
+                        });
+                        (d.outcomes, taken)
+                    }),
                     Err(_) => Err(StoreError::new(
                         SOMEWHERE,
                         Cause::NotRun("the decision was dropped".into()),
@@ -347,6 +357,12 @@ impl Inner {
             outcomes: protocol.into_outcomes(),
             leftovers,
         })
+    }
+
+    /// Gives back what a decision left landed (a held call whose caller went away).
+    pub(super) async fn give_back(&self, taken: Taken) {
+        self.refund(&taken.placed, taken.leftovers, taken.mode)
+            .await;
     }
 
     /// Refunds `leftovers` (per group, concurrently) of a request run in `mode`, ignoring the

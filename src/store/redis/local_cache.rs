@@ -52,11 +52,13 @@ pub enum Lookup {
     SomeExhausted,
 }
 
-/// Only enforced, non-overdraft limits may deny from the cache.
+/// Only enforced, non-overdraft limits may deny from the cache, and none that may wait
+/// (`max_wait`): a request that could be held until it fits is never refused from here.
 fn cacheable(s: &PlacedCharge<'_>) -> bool {
     // A release frees concurrency slots at any time: a denial says nothing about the next call.
     s.role == Role::Enforced
         && !s.params.overdraft
+        && s.params.max_wait_us == 0
         && s.params.algorithm != crate::limit::Algorithm::Concurrency
 }
 
@@ -194,6 +196,7 @@ mod tests {
             burst: 1,
             overdraft: false,
             calendar: None,
+            max_wait_us: 0,
         }
     }
 

@@ -52,7 +52,7 @@ use self::local_cache::LocalCache;
 use self::migration::Migrations;
 use self::options::{ClockSource, RedisOptions, KEY_FORMAT};
 use self::script::Script;
-use super::{CounterReading, Store};
+use super::{CounterReading, Store, Taken};
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
 use crate::base::clock::Clock;
@@ -65,7 +65,20 @@ pub struct RedisStore {
 
 impl Store for RedisStore {
     async fn apply(&self, plan: &Plan<'_>, mode: Mode) -> Result<Vec<ChargeOutcome>, StoreError> {
-        self.inner.apply(plan, mode).await
+        Ok(self.inner.apply(plan, mode, false).await?.0)
+    }
+
+    async fn apply_taking(
+        &self,
+        plan: &Plan<'_>,
+        mode: Mode,
+    ) -> Result<(Vec<ChargeOutcome>, Taken), StoreError> {
+        let (outcomes, taken) = self.inner.apply(plan, mode, true).await?;
+        Ok((outcomes, taken.unwrap_or_else(|| Taken::nothing(mode))))
+    }
+
+    async fn give_back(&self, taken: Taken) {
+        self.inner.give_back(taken).await;
     }
 
     async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {

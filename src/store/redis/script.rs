@@ -38,8 +38,9 @@ pub mod layout {
     /// quota descriptors, the number of charges, the request's id (two numbers), and a
     /// reservation record's time to live in ms (0 outside `RESERVE`).
     pub const CALL_NUMBERS: usize = 8;
-    /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role.
-    pub const CHARGE_NUMBERS: usize = 8;
+    /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role,
+    /// max_wait (µs; a token bucket's, else 0).
+    pub const CHARGE_NUMBERS: usize = 9;
     /// Per charge of a refund: allowed, kept, amount, mark1, mark2.
     pub const REFUND_NUMBERS: usize = 5;
     /// Per charge of a reply: allowed, remaining, wait, added, mark1, mark2.
@@ -319,6 +320,7 @@ pub fn args(
             Role::Shadow => layout::SHADOW,
             Role::Quota { descriptor } => layout::QUOTA + descriptor as u64,
         });
+        packed.push(p.max_wait_us);
     }
     for u in refunds {
         packed.push(u.allowed as u64);
