@@ -48,6 +48,7 @@ fn params() -> LimitParams {
         overdraft: false,
         calendar: None,
         max_wait_us: 0,
+        borrow_until: 0,
     }
 }
 

@@ -22,7 +22,11 @@
 --   CHARGE_NUMBERS per charge: key index (1-based into KEYS), algorithm, limit, window_us,
 --   burst, overdraft (0|1), cost, role (ENFORCED, SHADOW, or QUOTA + d for quota descriptor d
 --   of the request), max_wait (µs: a token bucket's charge is decided as fitting when it would
---   fit that much later, algorithm::admits; 0 for the others). A calendar window (a fixed window whose window is a calendar period in a
+--   fit that much later, algorithm::admits; 0 for the others), pool and borrow_until (a class's
+--   charge on a shared pool, `shares:`: pool is the 1-based key index of the pool's counter, a
+--   fixed window charged earlier in the call; past the class's guarantee, its limit, the charge
+--   still fits while the pool's use stays within borrow_until, batch::borrows; 0, 0 for the
+--   others). A calendar window (a fixed window whose window is a calendar period in a
 --   time zone, src/limit/calendar.rs) sends -a as its window and b as its burst: a and b are two
 --   consecutive period ends around the caller's clock, and the window holding now ends at the
 --   first of them after now. A concurrency limit's window is its hold (how long a slot stays
@@ -75,7 +79,7 @@
 -- a single call).
 
 -- The layout (src/store/redis/script.rs `layout`).
-local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 9, 5
+local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 11, 5
 local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND, RELEASE, RENEW = 0, 1, 2, 3, 4, 5
 local RESERVE, SETTLE, UNRESERVE = 6, 7, 8
 local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY = 0, 1, 2, 3
@@ -387,8 +391,9 @@ local function direct()
   end
   if n == 1 then
     -- The commonest call of all, with no table.
-    local ki, alg, limit, window, b, overdraft, cost, role = struct.unpack('<dddddddd', P, FIRST)
-    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET then return nil end
+    local ki, alg, limit, window, b, overdraft, cost, role, _, pool =
+      struct.unpack('<dddddddddd', P, FIRST)
+    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET or pool ~= 0 then return nil end
     if alg == FIXED_WINDOW then window = fixed_fresh(window, b) end
     local key = KEYS[KO + ki]
     local used, stop, from, len, lt, lc = window_read(key, alg, window)
@@ -403,9 +408,9 @@ local function direct()
   local charges = {}
   local all = mode ~= DRY_RUN
   for i = 1, n do
-    local ki, alg, limit, window, b, overdraft, cost, role =
-      struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET then return nil end
+    local ki, alg, limit, window, b, overdraft, cost, role, _, pool =
+      struct.unpack('<dddddddddd', P, FIRST + (i - 1) * CHARGE)
+    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET or pool ~= 0 then return nil end
     if alg == FIXED_WINDOW then window = fixed_fresh(window, b) end
     local ch = { key = KEYS[KO + ki], alg = alg, limit = limit, window = window, cost = cost,
       used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0 }
@@ -915,8 +920,8 @@ build = function()
     -- it landed.
     local charges, counters = {}, {}
     for i = 1, n do
-      local ki, alg, limit, window, burst, overdraft, cost, role, wait =
-        struct.unpack('<ddddddddd', P, FIRST + (i - 1) * CHARGE)
+      local ki, alg, limit, window, burst, overdraft, cost, role, wait, pool, borrow =
+        struct.unpack('<ddddddddddd', P, FIRST + (i - 1) * CHARGE)
       local c = counters[ki]
       if c == nil then
         c = open(ki, alg, window, burst, overdraft == 1)
@@ -927,8 +932,8 @@ build = function()
       local q = math.floor(window / limit)
       charges[i] = { c = c, alg = alg, limit = limit, window = window, burst = burst,
         overdraft = overdraft == 1, cap = burst * CAP, q = q, r = window - q * limit,
-        cost = cost, role = role, wait = wait, allowed = false, landed = 0, mark1 = 0,
-        mark2 = 0 }
+        cost = cost, role = role, wait = wait, pool = pool, borrow = borrow, allowed = false,
+        landed = 0, mark1 = 0, mark2 = 0 }
     end
 
     if mode == RELEASE or mode == RENEW then
@@ -994,6 +999,11 @@ build = function()
       for i = 1, n do
         local ch = charges[i]
         ch.allowed = fits(ch.c, ch, check_cost(ch))
+        if not ch.allowed and ch.borrow > 0 and counters[ch.pool] then
+          -- A class past its guarantee borrows while its pool stays within borrow_until.
+          local pool = counters[ch.pool]
+          ch.allowed = pool.used + pool.added <= ch.borrow
+        end
         local counts = count_rejected and ch.alg ~= CONCURRENCY
         if ch.allowed or ch.overdraft or counts then
           ch.landed, ch.mark1, ch.mark2 = land(ch.c, ch, ch.cost)

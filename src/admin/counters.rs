@@ -13,6 +13,7 @@
 //! key and value percent-encoded (so a value may hold `,`, `=` or `&`), or `key=k&value=v`
 //! pairs in order (what an HTML form sends); `limit=NAME` picks one limit for a reset.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -20,11 +21,12 @@ use serde::Serialize;
 use crate::algorithm::inspect::{self, Usage};
 use crate::algorithm::rule::Role;
 use crate::config::Config;
+use crate::limit::CLASS_MARK;
 use crate::limit::{Algorithm, Limit};
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
-use crate::plan::{plan, Plan};
+use crate::plan::{plan, Plan, PlannedCharge};
 use crate::service::error::InvalidRequest;
 use crate::service::validate::{validate, Bounds};
 use crate::store::error::StoreError;
@@ -324,16 +326,40 @@ fn role_name(role: Role) -> &'static str {
 }
 
 /// Every counter `sel`'s descriptor reaches, as it stands.
+/// A pool with shares is read with every class's counter, not only the one the descriptor
+/// names: each class's use beside its guarantee.
+fn every_class(plan: &mut Plan<'_>) {
+    let mut more: Vec<PlannedCharge<'_>> = Vec::new();
+    for c in &plan.charges {
+        let Some(shares) = c.limit.shares.as_deref() else {
+            continue;
+        };
+        for class in &shares.classes {
+            let key = format!("{}{CLASS_MARK}{}", c.key, class.name);
+            if !plan.charges.iter().chain(&more).any(|o| o.key == key) {
+                more.push(PlannedCharge {
+                    key,
+                    limit: Cow::Owned(class.limit.clone()),
+                    stats: None,
+                    ..c.clone()
+                });
+            }
+        }
+    }
+    plan.charges.extend(more);
+}
+
 pub async fn inspect<S: Store>(
     config: &Config,
     store: &S,
     bounds: &Bounds,
     sel: &Selector,
 ) -> Result<Vec<CounterView>, CounterError> {
-    let plan = plan_of(config, sel, bounds)?;
+    let mut plan = plan_of(config, sel, bounds)?;
     if plan.charges.is_empty() {
         return Ok(Vec::new());
     }
+    every_class(&mut plan);
     let readings = store.read(&plan).await?;
     let currency = config
         .domains
@@ -382,15 +408,23 @@ pub async fn reset<S: Store>(
     sel: &Selector,
 ) -> Result<Vec<ResetView>, CounterError> {
     let mut plan = plan_of(config, sel, bounds)?;
+    every_class(&mut plan);
     let names: Vec<String> = plan
         .charges
         .iter()
         .map(|c| c.limit.metric_label.clone())
         .collect();
     match &sel.limit {
-        Some(name) => plan
-            .charges
-            .retain(|c| &c.limit.metric_label == name || &c.limit.name == name),
+        // A pool's reset takes its classes' counters with it.
+        Some(name) => plan.charges.retain(|c| {
+            let l = &c.limit;
+            &l.metric_label == name
+                || &l.name == name
+                || (l.params.borrow_until > 0
+                    && [&l.metric_label, &l.name]
+                        .iter()
+                        .any(|n| n.rsplit_once('/').is_some_and(|(pool, _)| pool == name)))
+        }),
         None => plan.charges.retain(|c| !c.limit.shared),
     }
     if plan.charges.is_empty() {

@@ -11,6 +11,7 @@
 //! whole; a denied one, the time until the request's unlanded cost on that counter fits.
 
 use super::concurrency::{self, SlotId};
+use super::fixed_window;
 use super::{
     admits, charge_as, check_cost, refresh, remaining, reset_after, retry_after, Landing, State,
 };
@@ -27,6 +28,9 @@ pub struct BatchCharge {
     pub role: Role,
     /// The request's concurrency slot id (`(0, 0)` when it takes none).
     pub slot: SlotId,
+    /// A class's charge (`params.borrow_until > 0`): its pool's counter, a fixed window charged
+    /// earlier in the batch. Unused otherwise.
+    pub pool: usize,
 }
 
 /// One distinct counter key during a batch: its state as loaded, and as it would be after.
@@ -92,9 +96,9 @@ pub fn evaluate(
     let mut allowed = Vec::with_capacity(charges.len());
     let mut landings = Vec::with_capacity(charges.len());
     for c in charges {
-        let counter = &mut counters[c.counter];
         let k = check_cost(&c.params, c.cost, count_rejected);
-        let ok = admits(&counter.after, &c.params, k, now);
+        let ok = admits(&counters[c.counter].after, &c.params, k, now) || borrows(counters, c);
+        let counter = &mut counters[c.counter];
         // A denied request never takes slots: nothing would release them.
         let counts = count_rejected && c.params.algorithm != Algorithm::Concurrency;
         let landing = if ok || c.params.overdraft || counts {
@@ -126,6 +130,18 @@ pub fn evaluate(
         allowed,
         landings,
     }
+}
+
+/// Whether a class's charge past its guarantee may borrow: its pool's use, with what the batch
+/// has landed there (the request's pool charge among it), is within `borrow_until`.
+fn borrows(counters: &[Counter], c: &BatchCharge) -> bool {
+    c.params.borrow_until > 0
+        && counters.get(c.pool).is_some_and(|pool| {
+            fixed_window::used(match &pool.after {
+                Some(State::Window(w)) => Some(w),
+                _ => None,
+            }) <= c.params.borrow_until
+        })
 }
 
 /// A release or a renew of the slots `charge.slot` holds, on the concurrency charges (every
@@ -257,6 +273,7 @@ pub(crate) mod tests {
             overdraft: false,
             calendar: None,
             max_wait_us: 0,
+            borrow_until: 0,
         }
     }
 
@@ -269,6 +286,7 @@ pub(crate) mod tests {
             cost,
             role: Role::Enforced,
             slot: (0, 0),
+            pool: 0,
         }];
         let out = evaluate_and_report(&mut counters, &charges, now, Mode::Decide, 0).1;
         let counter = counters.remove(0);
@@ -302,6 +320,7 @@ pub(crate) mod tests {
                 cost: 1,
                 role: Role::Enforced,
                 slot: (0, 0),
+                pool: 0,
             })
             .collect();
         let out = evaluate_and_report(&mut counters, &charges, now, Mode::Decide, 0).1;

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::raw::{
     calendar_unit, check_concurrency, compile_calendar, max_wait_us, slot_hold_us, window_us,
-    Amount, RawFile, RawLimit, RawPrices, RawRule, DEFAULT_SLOT_HOLD_US,
+    Amount, RawFile, RawLimit, RawPrices, RawRule, RawShares, DEFAULT_BORROW_UNTIL,
+    DEFAULT_SLOT_HOLD_US,
 };
 use super::{Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::config::error::{
@@ -18,6 +19,7 @@ use crate::config::usage::UsageDomains;
 use crate::limit::money::Prices;
 use crate::limit::unit::Unit;
 use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams};
+use crate::limit::{Class, Shares, CLASS_MARK};
 
 /// Parses and compiles one YAML file's text. `file` names it in errors; a domain that
 /// `usage_domains` names gets overdraft limits only (see [`UsageDomains`]).
@@ -176,8 +178,9 @@ fn compile_rule(
     let mut unlimited_replaces = Vec::new();
     let mut suffixes = HashSet::new();
     let n_limits = raw_limits.len();
-    for (i, rl) in raw_limits.into_iter().enumerate() {
+    for (i, mut rl) in raw_limits.into_iter().enumerate() {
         let replaces = compile_replaces(&rl).map_err(at)?;
+        let raw_shares = rl.shares.take();
         if rl.unlimited {
             if rl.unit.as_deref().is_some_and(|u| !u.is_empty()) {
                 return Err(RuleError::UnlimitedWithUnit(full_key));
@@ -196,6 +199,13 @@ fn compile_rule(
         if !suffixes.insert(limit.key_suffix.clone()) {
             limit.key_suffix.push_str(&format!("#{i}"));
             suffixes.insert(limit.key_suffix.clone());
+        }
+        if let Some(raw_shares) = raw_shares {
+            if limit.params.overdraft {
+                // A usage domain's limits are overdraft ones.
+                return Err(at(LimitError::SharesWith("overdraft")));
+            }
+            limit.shares = Some(Arc::new(compile_shares(&limit, raw_shares)));
         }
         limits.push(Arc::new(limit));
     }
@@ -310,7 +320,21 @@ fn compile_limit(
             Some(w) => max_wait_us(w)?,
             None => 0,
         },
+        borrow_until: 0,
     };
+    if params.max_wait_us as u128 * params.limit as u128
+        > crate::limit::DEBT_CAP_FACTOR as u128 * params.burst as u128 * params.window_us as u128
+    {
+        // Past this a bucket's debt would reach its usage cap, where charges stop landing.
+        return Err(LimitError::MaxWaitTooLong {
+            most: std::time::Duration::from_micros(
+                (crate::limit::DEBT_CAP_FACTOR as u128
+                    * params.burst as u128
+                    * params.window_us as u128
+                    / params.limit.max(1) as u128) as u64,
+            ),
+        });
+    }
     if params.overdraft && params.max_wait_us > 0 {
         // A usage domain's limits are overdraft ones.
         return Err(LimitError::MaxWaitWithOverdraft);
@@ -331,6 +355,55 @@ fn compile_limit(
     limit.key_suffix = default_key_suffix(&params);
     limit.spend = spend.is_some();
     Ok(limit)
+}
+
+/// A pool's shares (checked as the file was read, `raw::check_shares`): each class's counter
+/// is a fixed window like the pool's, limited to the class's guarantee in units (rounded down),
+/// borrowing up to `borrow_until` of the pool (rounded down).
+fn compile_shares(pool: &Limit, raw: RawShares) -> Shares {
+    let units = |f: f64| (f * pool.params.limit as f64).floor() as u64;
+    let borrow_until = raw.borrow_until.unwrap_or(DEFAULT_BORROW_UNTIL);
+    let classes: Vec<Class> = raw
+        .classes
+        .iter()
+        .map(|(name, &fraction)| {
+            let guarantee = units(fraction);
+            let params = LimitParams {
+                limit: guarantee,
+                burst: guarantee,
+                overdraft: false,
+                max_wait_us: 0,
+                // At least 1, which marks a class's counter: a pool of under 2 units lends
+                // nothing past a guarantee anyway.
+                borrow_until: units(borrow_until).max(1),
+                ..pool.params
+            };
+            let mut limit = Limit::new(
+                format!("{}/{name}", pool.name),
+                pool.unit,
+                u32::try_from(guarantee).unwrap_or(u32::MAX),
+                params,
+            );
+            limit.shared = true;
+            limit.spend = pool.spend;
+            limit.key_suffix = format!("{}{CLASS_MARK}{name}", pool.key_suffix);
+            limit.metric_label = format!("{}/{name}", pool.metric_label);
+            Class {
+                name: name.clone(),
+                fraction,
+                limit,
+            }
+        })
+        .collect();
+    Shares {
+        default: classes
+            .iter()
+            .position(|c| c.name == raw.default)
+            .unwrap_or(0),
+        by: raw.by,
+        classes,
+        borrow_until,
+    }
 }
 
 /// `lease: N`: a shared fixed-window limit (whose leased units expire with the window they were

@@ -198,10 +198,35 @@ pub enum LimitError {
         "max_wait needs algorithm token_bucket (found {0}): a bucket says when a request fits; a window only when it ends"
     )]
     MaxWaitAlgorithm(&'static str),
+    #[error(
+        "max_wait is longer than this bucket can hold: at most {} (100 × burst refills)",
+        crate::base::duration::format(*.most)
+    )]
+    MaxWaitTooLong { most: Duration },
     #[error("max_wait cannot be combined with lease: units an instance holds ahead are spent at once or not at all")]
     MaxWaitWithLease,
     #[error("max_wait cannot be combined with overdraft: an overdraft charge always lands, so nothing waits")]
     MaxWaitWithOverdraft,
+    #[error(
+        "shares are only valid on a shared: true limit (a pool every value of the rule shares)"
+    )]
+    SharesNotShared,
+    #[error("shares need algorithm fixed_window (found {0}): a class's use is counted per window")]
+    SharesAlgorithm(&'static str),
+    #[error("shares cannot be combined with {0}")]
+    SharesWith(&'static str),
+    #[error("shares need by (the descriptor entry naming the class) and at least one class")]
+    SharesEmpty,
+    #[error("invalid class name '{0}': 1 to 64 of A-Z, a-z, 0-9, _, - and .")]
+    SharesClassName(String),
+    #[error("class '{0}' has share {1}: expected a fraction of the pool above 0 and at most 1")]
+    SharesFraction(String, String),
+    #[error("the classes' shares sum to {0}: guarantees cannot add up to more than the pool (1)")]
+    SharesSum(String),
+    #[error("default class '{0}' is not one of the classes")]
+    SharesDefault(String),
+    #[error("borrow_until {0}: expected a fraction of the pool above 0 and at most 1")]
+    SharesBorrowUntil(String),
     #[error("lease_ttl is only valid with algorithm concurrency")]
     SlotHoldWithoutConcurrency,
     #[error("a concurrency limit cannot also have {0}")]

@@ -318,6 +318,22 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
             if p.max_wait_us > 0 {
                 let _ = write!(s, ", max_wait: {}ms", p.max_wait_us / 1000);
             }
+            if let Some(sh) = &l.shares {
+                let _ = write!(s, ", shares: {{by: {}, classes: {{", sh.by);
+                for (i, c) in sh.classes.iter().enumerate() {
+                    let sep = if i > 0 { ", " } else { "" };
+                    let _ = write!(
+                        s,
+                        "{sep}{}: {} ({} units)",
+                        c.name, c.fraction, c.limit.params.limit
+                    );
+                }
+                let _ = write!(
+                    s,
+                    "}}, default: {}, borrow_until: {}}}",
+                    sh.classes[sh.default].name, sh.borrow_until
+                );
+            }
             for (flag, on) in [
                 ("shared", l.shared),
                 ("overdraft", p.overdraft),

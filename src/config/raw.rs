@@ -183,7 +183,25 @@ pub struct RawLimit {
     /// now and its answer held until it fits, instead of refused (`1ms` to `60s`).
     #[serde(default, deserialize_with = "max_wait")]
     pub max_wait: Option<String>,
+    /// tollgate: on a shared fixed window, guaranteed shares of the pool by class.
+    #[serde(default)]
+    pub shares: Option<RawShares>,
 }
+
+/// `shares:` as written: the class entry, each class's guaranteed fraction, the default class
+/// and up to what use of the pool a class past its guarantee may borrow (default 0.8).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawShares {
+    pub by: String,
+    pub classes: std::collections::BTreeMap<String, f64>,
+    pub default: String,
+    #[serde(default)]
+    pub borrow_until: Option<f64>,
+}
+
+/// `borrow_until` when none is written.
+pub const DEFAULT_BORROW_UNTIL: f64 = 0.8;
 
 /// A limit read from a file, its fields checked against each other as it was read (calendar
 /// and concurrency keys), so that an error names its line.
@@ -390,6 +408,9 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
             return Err(LimitError::MaxWaitWithOverdraft);
         }
     }
+    if let Some(shares) = &rl.shares {
+        check_shares(rl, algorithm, shares)?;
+    }
     if let Some(spend) = rl.spend {
         if rl.requests_per_unit.is_some() {
             return Err(LimitError::SpendWithRequests);
@@ -404,6 +425,48 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
         }
         if spend.0 > crate::limit::money::MAX_SPEND {
             return Err(LimitError::SpendTooLarge(spend.0));
+        }
+    }
+    Ok(())
+}
+
+/// `shares:`: on a `shared: true` fixed window without `lease` or `overdraft`; class names fit
+/// in a key; fractions above 0 and summing to at most 1; the default one of the classes.
+fn check_shares(rl: &RawLimit, algorithm: Algorithm, s: &RawShares) -> Result<(), LimitError> {
+    if !rl.shared {
+        return Err(LimitError::SharesNotShared);
+    }
+    if algorithm != Algorithm::FixedWindow {
+        return Err(LimitError::SharesAlgorithm(algorithm.name()));
+    }
+    if rl.lease.is_some() || rl.overdraft {
+        return Err(LimitError::SharesWith(if rl.lease.is_some() {
+            "lease"
+        } else {
+            "overdraft"
+        }));
+    }
+    if s.by.is_empty() || s.classes.is_empty() {
+        return Err(LimitError::SharesEmpty);
+    }
+    for (name, &f) in &s.classes {
+        if !crate::limit::valid_class_name(name) {
+            return Err(LimitError::SharesClassName(name.clone()));
+        }
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(LimitError::SharesFraction(name.clone(), f.to_string()));
+        }
+    }
+    let sum: f64 = s.classes.values().sum();
+    if sum > 1.0 + 1e-9 {
+        return Err(LimitError::SharesSum(format!("{sum:.4}")));
+    }
+    if !s.classes.contains_key(&s.default) {
+        return Err(LimitError::SharesDefault(s.default.clone()));
+    }
+    if let Some(b) = s.borrow_until {
+        if !(b > 0.0 && b <= 1.0) {
+            return Err(LimitError::SharesBorrowUntil(b.to_string()));
         }
     }
     Ok(())

@@ -1,5 +1,6 @@
-//! What a limit *is*: its unit, rate, window, algorithm and flags, compiled from
-//! config (or from a request's `limit` override) into the numbers the stores use.
+//! What a limit *is*: its unit, rate, window, algorithm and flags (and a pool's shares by
+//! class), compiled from config (or from a request's `limit` override) into the numbers the
+//! stores use.
 //!
 //! `LimitParams` is the part the algorithms need; it is `Copy` so stores can
 //! carry it without touching the rest (names, replaces) on the hot path. Units are in
@@ -81,6 +82,10 @@ pub struct LimitParams {
     /// admitted now and held until it fits (0: never wait). The service lowers it to what the
     /// caller's deadline leaves (`service::hold`); it never changes the counter's key.
     pub max_wait_us: u64,
+    /// A class's counter of a shared pool (`shares:`, see [`shares`]): `limit` is the class's
+    /// guarantee, and beyond it a charge still fits while the pool's use, with the request's
+    /// charge, stays within this many units. 0: an ordinary limit.
+    pub borrow_until: u64,
 }
 
 /// Debt beyond a full limit is capped at this many times its capacity: usage (an overdraft's
@@ -126,6 +131,8 @@ pub struct Limit {
     /// `spend:`: counted in micro-units of money, each charge's tokens priced by the domain's
     /// price table (see [`money`]).
     pub spend: bool,
+    /// `shares:` on a shared pool: guaranteed shares by class (see [`Shares`]).
+    pub shares: Option<std::sync::Arc<Shares>>,
 }
 
 /// The `limit` label of every request's own `limit` override.
@@ -146,6 +153,7 @@ impl Limit {
             replaces: Vec::new(),
             key_suffix,
             spend: false,
+            shares: None,
         }
     }
 
@@ -165,6 +173,7 @@ impl Limit {
                 overdraft,
                 calendar: None,
                 max_wait_us: 0,
+                borrow_until: 0,
             },
         );
         limit.metric_label = OVERRIDE_LABEL.to_string();
@@ -202,4 +211,64 @@ fn format_window(window_us: u64) -> String {
     } else {
         format!("{}ms", window_us / 1_000)
     }
+}
+
+/// What a class's counter key adds to its pool's (see [`Shares`]).
+pub const CLASS_MARK: &str = "|c=";
+
+/// The shares of one pool (`shares:` on a `shared: true` fixed window).
+///
+/// A request names its class by a descriptor entry (`by: priority` → `priority=interactive`);
+/// a missing or unknown class is the `default` one. Each class has a guaranteed fraction of the
+/// pool and a counter of its own, beside the pool's (its key is the pool's plus
+/// [`CLASS_MARK`] and the class, so it shares the pool's hash slot and one script decides
+/// both). The borrowing rule, held exactly by both stores (`algorithm::batch`):
+///
+/// - a class that has used less than its guarantee is admitted whenever the pool has room;
+/// - past its guarantee a class *borrows*: it is admitted only while the pool's use, with the
+///   request, stays within `borrow_until` of the pool.
+///
+/// So above `borrow_until` only classes under their guarantee are admitted: a class that
+/// returns finds at least the pool's headroom above `borrow_until` (less what other classes
+/// under their guarantee take of it) at once, and borrowers stop there. What a borrower was
+/// charged within a window stays charged: it cannot be taken back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shares {
+    /// The descriptor entry whose value names a request's class.
+    pub by: String,
+    pub classes: Vec<Class>,
+    /// The class (an index into `classes`) of a request whose entry is missing or names no
+    /// class.
+    pub default: usize,
+    /// `borrow_until` as written (a fraction of the pool), for `/rlconfig`.
+    pub borrow_until: f64,
+}
+
+/// One class of a pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Class {
+    pub name: String,
+    /// The guaranteed fraction as written.
+    pub fraction: f64,
+    /// The class's counter: a fixed window like the pool's whose limit is the guarantee in
+    /// units (rounded down) and whose `borrow_until` is the pool's use up to which it borrows.
+    pub limit: Limit,
+}
+
+impl Shares {
+    /// The class a descriptor's entries name.
+    pub fn class_of<'a>(&self, mut entries: impl Iterator<Item = (&'a str, &'a str)>) -> &Class {
+        let named = entries
+            .find(|(k, _)| *k == self.by)
+            .and_then(|(_, v)| self.classes.iter().find(|c| c.name == v));
+        named.unwrap_or(&self.classes[self.default])
+    }
+}
+
+/// Whether `name` may name a class: 1 to 64 of `A-Z a-z 0-9 _ - .` (it is part of a key).
+pub fn valid_class_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }

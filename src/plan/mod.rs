@@ -22,6 +22,7 @@ use crate::config::{Config, Pattern, Rule};
 use crate::limit::money::{self, Prices, Unpriced};
 use crate::limit::unit::Unit;
 use crate::limit::Limit;
+use crate::limit::{Class, Shares, CLASS_MARK};
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
 use crate::telemetry::stats::name::StatsBinding;
@@ -125,6 +126,11 @@ pub enum PlanError {
     OverrideUnit { descriptor: usize, unit: i32 },
     #[error("descriptor {descriptor}: limit override must have requests_per_unit of at least 1")]
     OverrideZero { descriptor: usize },
+}
+
+/// The class of a pool's shares a descriptor names.
+fn class_of<'s>(shares: &'s Shares, d: &RateLimitDescriptor) -> &'s Class {
+    shares.class_of(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
 }
 
 /// A limit found for a descriptor before `replaces` is applied.
@@ -294,6 +300,28 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
                 }
             }
         }
+        // A pool with shares: the request's class is charged beside it, on a key in its slot.
+        let class = match &c.limit {
+            Cow::Borrowed(l) => l
+                .shares
+                .as_deref()
+                .map(|sh| Cow::Borrowed(&class_of(sh, d).limit)),
+            Cow::Owned(l) => l
+                .shares
+                .as_deref()
+                .map(|sh| Cow::Owned(class_of(sh, d).limit.clone())),
+        };
+        let class = class.map(|limit| PlannedCharge {
+            descriptor: c.descriptor,
+            cost,
+            key: format!(
+                "{key}{CLASS_MARK}{}",
+                limit.key_suffix.rsplit(CLASS_MARK).next().unwrap_or("")
+            ),
+            limit,
+            stats: None,
+            role: c.role,
+        });
         charges.push(PlannedCharge {
             descriptor: c.descriptor,
             cost,
@@ -302,6 +330,10 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
             key,
             role: c.role,
         });
+        if let Some(class) = class {
+            descriptors[class.descriptor].charges.end += 1;
+            charges.push(class);
+        }
     }
     for dp in &mut descriptors {
         if dp.kind == DescriptorKind::Limited && dp.charges.is_empty() {

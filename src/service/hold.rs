@@ -44,11 +44,37 @@ pub fn waits(plan: &Plan<'_>) -> bool {
     plan.charges.iter().any(|c| c.limit.params.max_wait_us > 0)
 }
 
-/// Lowers every charge's wait to `budget` µs (0: none may wait).
+/// Lowers every charge's wait to `budget` µs (0: none may wait). A check (cost 0) never
+/// waits: nothing of it lands, so nothing would hold its place.
 pub fn cap_waits(plan: &mut Plan<'_>, budget: u64) {
     for c in &mut plan.charges {
-        if c.limit.params.max_wait_us > budget {
-            c.limit.to_mut().params.max_wait_us = budget;
+        let most = if c.cost == 0 { 0 } else { budget };
+        if c.limit.params.max_wait_us > most {
+            c.limit.to_mut().params.max_wait_us = most;
+        }
+    }
+}
+
+/// Whether a hold of `us` still ends before `deadline` leaves too little for the answer's way
+/// back (the decision itself took some of the budget).
+pub fn fits_deadline(us: u64, deadline: Option<tokio::time::Instant>) -> bool {
+    budget(deadline).is_none_or(|left| us <= left)
+}
+
+/// A hold the deadline no longer leaves room for: the answer becomes a refusal (each charge
+/// that waited is denied, with the time it needed), and what landed is given back.
+pub fn refuse(plan: &Plan<'_>, outcomes: &mut [ChargeOutcome]) {
+    for (c, o) in plan.charges.iter().zip(outcomes.iter_mut()) {
+        let p = &c.limit.params;
+        if o.allowed && p.algorithm == Algorithm::TokenBucket && p.max_wait_us > 0 {
+            let us = token_bucket::hold_us(p, o.wait_us.unwrap_or(0));
+            if us > 0 {
+                *o = ChargeOutcome {
+                    allowed: false,
+                    remaining: 0,
+                    wait_us: Some(us),
+                };
+            }
         }
     }
 }

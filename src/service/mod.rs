@@ -140,8 +140,14 @@ impl<S: Store> RateLimiter<S> {
         drop(_permit);
         if let Ok(answer) = &mut ended.result {
             if let Some(h) = answer.hold.take() {
-                answer.held_us = h.us;
-                hold::held(&self.store, h).await;
+                if hold::fits_deadline(h.us, deadline) {
+                    answer.held_us = h.us;
+                    hold::held(&self.store, h).await;
+                } else {
+                    // The decision took what the wait needed: refused, its place given back.
+                    hold::refuse(&answer.plan, &mut answer.outcomes);
+                    drop(hold::GiveBack::new(self.store.clone(), h.taken));
+                }
             }
         }
         let report = |decision| Report {
@@ -555,7 +561,7 @@ impl How {
 }
 
 /// `plan` with every limit shared out among `share` replicas: `max(1, limit / share)` (and
-/// the same for a token bucket's burst), as the response reports it. A limit of 0 (deny
+/// the same for a token bucket's burst and a class's `borrow_until`), none waiting, as the response reports it. A limit of 0 (deny
 /// everything) stays 0.
 fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
     let charges = plan
@@ -569,6 +575,9 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
             };
             limit.params.limit = part(limit.params.limit);
             limit.params.burst = part(limit.params.burst);
+            limit.params.borrow_until = part(limit.params.borrow_until);
+            // Nothing holds a fallback's answer: it never waits.
+            limit.params.max_wait_us = 0;
             limit.requests_per_unit = part(u64::from(limit.requests_per_unit)) as u32;
             PlannedCharge {
                 limit: Cow::Owned(limit),

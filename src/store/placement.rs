@@ -44,6 +44,17 @@ pub struct Group {
 }
 
 impl Group {
+    /// For a class's charge (`borrow_until > 0`), its pool's counter: the index in `keys` of
+    /// the key its own key extends with [`CLASS_MARK`](crate::limit::CLASS_MARK). `None` for any other charge, or when
+    /// the pool is not charged in this group (the class then never borrows).
+    pub fn pool_of(&self, specs: &[PlacedCharge<'_>], spec: &PlacedCharge<'_>) -> Option<usize> {
+        if spec.params.borrow_until == 0 {
+            return None;
+        }
+        let (pool, _) = spec.key.rsplit_once(crate::limit::CLASS_MARK)?;
+        self.keys.iter().position(|&k| specs[k].key == pool)
+    }
+
     /// The group of one shared charge on its own key (charge 0): a lease's top-up or refund.
     pub fn one_shared() -> Group {
         Group {

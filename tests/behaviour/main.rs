@@ -18,6 +18,8 @@
 //! - `reservations`: reserve an estimate, settle to the actual; racing callers never overspend;
 //! - `counters`: the operator's counters (read without writing, resets racing decisions) and who
 //!   is being limited;
+//! - `shares`: guaranteed shares of a shared pool by class: a guarantee held under another class's
+//!   flood, borrowing only below `borrow_until`, racing callers never overspending;
 //! - `waiting`: `max_wait` holds a request until it fits instead of refusing it, in order, within
 //!   its deadline and `--max-held`, and a caller gone while held gives its place back.
 
@@ -39,6 +41,7 @@ mod money;
 mod replicas;
 mod reservations;
 mod script;
+mod shares;
 mod slots;
 mod usage;
 mod waiting;

@@ -96,6 +96,7 @@ fn request(
             cost,
             role: Role::Enforced,
             slot: (0, 0),
+            pool: 0,
         })
         .collect();
     let outcomes = evaluate_and_report(&mut slots, &batch, now, Default::default(), 0).1;
@@ -161,6 +162,7 @@ fn params(
             overdraft,
             calendar: None,
             max_wait_us: 0,
+            borrow_until: 0,
         },
     )
 }
@@ -748,6 +750,7 @@ fn store_scenario() -> impl Strategy<Value = (Vec<LimitParams>, u64, Vec<(u64, V
                 overdraft,
                 calendar: None,
                 max_wait_us: 0,
+                borrow_until: 0,
             },
         );
     prop::collection::vec(limit, 1..=3).prop_flat_map(|ps| {

@@ -135,6 +135,7 @@ fn limits(rng: &mut Rng) -> Vec<LimitParams> {
                 } else {
                     0
                 },
+                borrow_until: 0,
             }
         })
         .collect()
@@ -202,6 +203,15 @@ fn charges_of(rng: &mut Rng, keys: &[Vec<LimitParams>]) -> (Vec<Charge>, usize) 
     (out, quota_descriptors)
 }
 
+/// Case key `k`'s name: `k0`, and the others named as classes of k0 (`k0|c=k1`), so that a
+/// fixed window with `borrow_until` finds k0 as its pool whenever the call charges it.
+fn key_name(prefix: &str, k: usize) -> String {
+    match k {
+        0 => format!("{prefix}k0"),
+        _ => format!("{prefix}k0|c=k{k}"),
+    }
+}
+
 /// A call's group as the Redis store builds it: a spec per charge, the distinct keys in order
 /// of first use.
 fn group(
@@ -212,7 +222,7 @@ fn group(
     let specs: Vec<PlacedCharge<'static>> = charges
         .iter()
         .map(|c| PlacedCharge {
-            key: format!("{prefix}k{}", c.key).into(),
+            key: key_name(prefix, c.key).into(),
             params: keys[c.key][c.limit],
             cost: c.cost,
             role: c.role,
@@ -283,12 +293,14 @@ fn rust_call(
     let batch_charges: Vec<BatchCharge> = charges
         .iter()
         .zip(&g.key_of)
-        .map(|(c, &counter)| BatchCharge {
+        .zip(specs)
+        .map(|((c, &counter), spec)| BatchCharge {
             counter,
             params: keys[c.key][c.limit],
             cost: c.cost,
             role: c.role,
             slot,
+            pool: g.pool_of(specs, spec).unwrap_or(usize::MAX),
         })
         .collect();
     if mode == Mode::Unreserve {
@@ -482,7 +494,21 @@ impl Runner {
     async fn case(&self, case: u64) -> Result<(), String> {
         let mut rng = Rng(self.seed ^ case.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let prefix = format!("{{c{case}}}:");
-        let keys: Vec<Vec<LimitParams>> = (0..1 + rng.below(3)).map(|_| limits(&mut rng)).collect();
+        let mut keys: Vec<Vec<LimitParams>> =
+            (0..1 + rng.below(3)).map(|_| limits(&mut rng)).collect();
+        // Classes of a pool (`shares:`): a fixed window k0 is the pool of the other fixed
+        // windows, which then borrow past their limit while k0 stays within borrow_until.
+        if keys[0][0].algorithm == Algorithm::FixedWindow {
+            let pool = keys[0][0].limit;
+            for key in keys.iter_mut().skip(1) {
+                if key[0].algorithm == Algorithm::FixedWindow && rng.chance(60) {
+                    let until = rng.pick(&[1, pool / 2 + 1, pool, pool + 3]);
+                    for p in key {
+                        p.borrow_until = until;
+                    }
+                }
+            }
+        }
         let mut story = format!("keys: {keys:?}\n");
         let mut states: Vec<Option<State>> = vec![None; keys.len()];
         let mut records = Records::new();
@@ -511,7 +537,7 @@ impl Runner {
                 let k = rng.below(keys.len() as u64) as usize;
                 let p = &keys[k][0];
                 let _ = writeln!(story, "reset k{k} at T0+{}", now as i64 - T0 as i64);
-                let lua = self.lua_reset(&format!("{prefix}k{k}"), p, now).await;
+                let lua = self.lua_reset(&key_name(&prefix, k), p, now).await;
                 let mut rust = states[k].clone();
                 refresh(&mut rust, p, now);
                 states[k] = inspect::reset(&states[k], p, now);
@@ -612,7 +638,7 @@ impl Runner {
                 }
             };
             for (k, p) in keys.iter().map(|l| &l[0]).enumerate() {
-                let key = format!("{prefix}k{k}");
+                let key = key_name(&prefix, k);
                 let in_lua = self.lua_state(&key, p, now).await;
                 let mut in_rust = states[k].clone();
                 refresh(&mut in_rust, p, now);

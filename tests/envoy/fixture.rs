@@ -50,6 +50,15 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
   - key: wait_key                  # waiting.rs: held until it fits, not refused
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, max_wait: 2s}
+  - key: pool_model                # waiting.rs: classes sharing a pool
+    hierarchical: true
+    rate_limit:
+      name: pool-rph
+      unit: hour
+      requests_per_unit: 20
+      shared: true
+      shares: {by: priority, classes: {interactive: 0.5, batch: 0.25}, default: batch, borrow_until: 0.5}
+    descriptors: [{key: priority}]
 "#;
 
 /// Domain `llm-slots` (slots.rs): generations in flight per model, 2 at a time, released by
@@ -444,6 +453,8 @@ fn per_filter_route(prefix: &str, cluster: &str, domain: Option<&str>, limits: V
 ///   `llm-reserve-strict`, see [`reserve_limits`]);
 /// - `/money`: a money budget (domain `llm-money`, see [`money_limits`]);
 /// - `/wait`: `wait_key` from `x-wait-key`, a token bucket that may hold a request 2 s;
+/// - `/pool`: `pool_model` from `x-pool` and `priority` from `x-priority`, a pool of 20 an hour
+///   with guaranteed shares by class;
 /// - `/load`: `load` from `x-load`, never denied.
 fn main_routes(side: &Side) -> Value {
     let backend = side.backend_cluster.as_str();
@@ -530,6 +541,16 @@ fn main_routes(side: &Side) -> Value {
             "route": {
                 "cluster": backend,
                 "rate_limits": [{"actions": [header_action("x-wait-key", "wait_key")]}],
+            },
+        },
+        {
+            "match": {"prefix": "/pool"},
+            "route": {
+                "cluster": backend,
+                "rate_limits": [{"actions": [
+                    header_action("x-pool", "pool_model"),
+                    header_action("x-priority", "priority"),
+                ]}],
             },
         },
         {

@@ -664,6 +664,60 @@ descriptors:
         line: Some(8),
     },
     Bad {
+        name: "a max_wait past what a bucket holds",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 1, max_wait: 20s}
+",
+        want: "max_wait is longer than this bucket can hold: at most 10s",
+        line: None,
+    },
+    Bad {
+        name: "shares on a limit that is not shared",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shares: {by: p, classes: {a: 0.5}, default: a}}
+",
+        want: "shares are only valid on a shared: true limit",
+        line: Some(3),
+    },
+    Bad {
+        name: "shares summing over the pool",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+      shared: true
+      shares: {by: p, classes: {a: 0.7, b: 0.4}, default: a}
+",
+        want: "the classes' shares sum to 1.1000",
+        line: Some(3),
+    },
+    Bad {
+        name: "shares on a token bucket",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, algorithm: token_bucket, shares: {by: p, classes: {a: 0.5}, default: a}}
+",
+        want: "shares need algorithm fixed_window (found token_bucket)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a default class that is not a class",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, shares: {by: p, classes: {a: 0.5}, default: b}}
+",
+        want: "default class 'b' is not one of the classes",
+        line: Some(3),
+    },
+    Bad {
         name: "a max_wait with a lease",
         yaml: "domain: d
 descriptors:

@@ -30,6 +30,7 @@ pub(super) fn group_batch<'p>(
                 cost: s.cost,
                 role: s.role,
                 slot: placed.slot,
+                pool: g.pool_of(&placed.charges, s).unwrap_or(usize::MAX),
             }
         })
         .collect();

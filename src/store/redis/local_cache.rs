@@ -53,12 +53,14 @@ pub enum Lookup {
 }
 
 /// Only enforced, non-overdraft limits may deny from the cache, and none that may wait
-/// (`max_wait`): a request that could be held until it fits is never refused from here.
+/// (`max_wait`): a request that could be held until it fits is never refused from here. Nor
+/// a class of a pool's shares, whose room depends on the pool's use.
 fn cacheable(s: &PlacedCharge<'_>) -> bool {
     // A release frees concurrency slots at any time: a denial says nothing about the next call.
     s.role == Role::Enforced
         && !s.params.overdraft
         && s.params.max_wait_us == 0
+        && s.params.borrow_until == 0
         && s.params.algorithm != crate::limit::Algorithm::Concurrency
 }
 
@@ -197,6 +199,7 @@ mod tests {
             overdraft: false,
             calendar: None,
             max_wait_us: 0,
+            borrow_until: 0,
         }
     }
 

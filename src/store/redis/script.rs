@@ -39,8 +39,9 @@ pub mod layout {
     /// reservation record's time to live in ms (0 outside `RESERVE`).
     pub const CALL_NUMBERS: usize = 8;
     /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role,
-    /// max_wait (µs; a token bucket's, else 0).
-    pub const CHARGE_NUMBERS: usize = 9;
+    /// max_wait (µs; a token bucket's, else 0), pool (a class's pool's key index, 1-based;
+    /// else 0), borrow_until (a class's, else 0).
+    pub const CHARGE_NUMBERS: usize = 11;
     /// Per charge of a refund: allowed, kept, amount, mark1, mark2.
     pub const REFUND_NUMBERS: usize = 5;
     /// Per charge of a reply: allowed, remaining, wait, added, mark1, mark2.
@@ -321,6 +322,16 @@ pub fn args(
             Role::Quota { descriptor } => layout::QUOTA + descriptor as u64,
         });
         packed.push(p.max_wait_us);
+        match g.pool_of(specs, c) {
+            Some(pool) => {
+                packed.push(pool as u64 + 1);
+                packed.push(p.borrow_until);
+            }
+            None => {
+                packed.push(0);
+                packed.push(0);
+            }
+        }
     }
     for u in refunds {
         packed.push(u.allowed as u64);
