@@ -8,8 +8,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use tollgate::admin::counters::{inspect, Selector};
 use tollgate::base::clock::ManualClock;
+use tollgate::config::load::{compile_sources, LoadOptions};
 use tollgate::service::settings::Settings;
+use tollgate::service::validate::Bounds;
 use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
@@ -71,7 +74,8 @@ async fn send(l: &RateLimiter<AnyStore>, model: &str, class: &str, n: usize) -> 
 
 async fn rules(kind: StoreKind) {
     let clock = ManualClock::new(T0_US);
-    let l = limiter(CONFIG, Settings::default(), store(kind, &clock).await);
+    let st = store(kind, &clock).await;
+    let l = limiter(CONFIG, Settings::default(), st.clone());
 
     // m1: batch alone floods: its 30, then borrowing up to 80 of the pool. An unknown class and
     // no class at all are batch.
@@ -96,6 +100,32 @@ async fn rules(kind: StoreKind) {
         "its guarantee's rest"
     );
     assert_eq!(send(&l, "m2", "batch", 10).await, 0);
+
+    // What an operator reads (`/counters`, the status page): the pool and every class's use
+    // beside its guarantee, whichever class the descriptor names.
+    let config = compile_sources(&[("s.yaml".into(), CONFIG.into())], &LoadOptions::default())
+        .expect("config compiles");
+    let sel = Selector {
+        domain: "shares".into(),
+        entries: vec![("model".into(), "m2".into())],
+        limit: None,
+    };
+    let views = inspect(&config, &*st, &Bounds::default(), &sel)
+        .await
+        .expect("counters");
+    let seen: Vec<(&str, u64, u64)> = views
+        .iter()
+        .map(|v| (v.name.as_str(), v.limit, v.used))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("pool", 100, 90),
+            ("pool/batch", 30, 40),
+            ("pool/interactive", 50, 50)
+        ],
+        "{views:?}"
+    );
 }
 
 #[test]
