@@ -24,9 +24,9 @@
 --   of the request), max_wait (µs: a token bucket's charge is decided as fitting when it would
 --   fit that much later, algorithm::admits; 0 for the others), pool and borrow_until (a class's
 --   charge on a shared pool, `shares:`: pool is the 1-based key index of the pool's counter, a
---   fixed window charged earlier in the call; past the class's guarantee, its limit, the charge
---   still fits while the pool's use stays within borrow_until, batch::borrows; 0, 0 for the
---   others). A calendar window (a fixed window whose window is a calendar period in a
+--   fixed window charged in the call; past the class's guarantee, its limit, the charge still
+--   fits while the pool's use with every charge of the call stays within borrow_until,
+--   batch::borrows; 0, 0 for the others). A calendar window (a fixed window whose window is a calendar period in a
 --   time zone, src/limit/calendar.rs) sends -a as its window and b as its burst: a and b are two
 --   consecutive period ends around the caller's clock, and the window holding now ends at the
 --   first of them after now. A concurrency limit's window is its hold (how long a slot stays
@@ -324,8 +324,9 @@ local function reservations()
   local function direct_settle()
     if nkeys ~= n + 1 then return nil end
     for i = 1, n do
-      local _, alg, _, _, _, _, _, role = struct.unpack('<dddddddd', P, FIRST + (i - 1) * CHARGE)
-      if alg ~= FIXED_WINDOW or role ~= ENFORCED then return nil end
+      local _, alg, _, _, _, _, _, role, _, pool =
+        struct.unpack('<dddddddddd', P, FIRST + (i - 1) * CHARGE)
+      if alg ~= FIXED_WINDOW or role ~= ENFORCED or pool ~= 0 then return nil end
     end
     local record = KEYS[KO + nkeys]
     local entries = record_read(record)
@@ -857,7 +858,14 @@ build = function()
       end
     else
       remaining = math.max(p.limit - c.used, 0)
-      if c.alg == FIXED_WINDOW then
+      if c.alg == FIXED_WINDOW and not allowed and p.borrow > 0 and p.pool > 0 then
+        -- A class past its guarantee fits again by borrowing, when the window ends at the
+        -- latest; never only past what it may borrow.
+        wait = -1
+        if k <= math.max(p.limit, p.borrow) then
+          wait = fixed_wait(p.limit, c.fresh, c.used, c.stop, true, k)
+        end
+      elseif c.alg == FIXED_WINDOW then
         wait = fixed_wait(p.limit, c.fresh, c.used, c.stop, allowed, k)
       elseif not allowed and c.used + k <= p.limit then
         wait = 0
@@ -996,13 +1004,19 @@ build = function()
       end
       redis.call('DEL', record)
     else
+      -- What every charge of the call would bring each counter to (batch::evaluate's totals).
+      for i = 1, n do
+        local c = charges[i].c
+        c.total = (c.total or 0) + charges[i].cost
+      end
       for i = 1, n do
         local ch = charges[i]
         ch.allowed = fits(ch.c, ch, check_cost(ch))
         if not ch.allowed and ch.borrow > 0 and counters[ch.pool] then
-          -- A class past its guarantee borrows while its pool stays within borrow_until.
+          -- A class past its guarantee borrows while its pool, with the whole call, stays
+          -- within borrow_until.
           local pool = counters[ch.pool]
-          ch.allowed = pool.used + pool.added <= ch.borrow
+          ch.allowed = pool.used + pool.total <= ch.borrow
         end
         local counts = count_rejected and ch.alg ~= CONCURRENCY
         if ch.allowed or ch.overdraft or counts then

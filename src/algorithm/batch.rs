@@ -29,7 +29,7 @@ pub struct BatchCharge {
     /// The request's concurrency slot id (`(0, 0)` when it takes none).
     pub slot: SlotId,
     /// A class's charge (`params.borrow_until > 0`): its pool's counter, a fixed window charged
-    /// earlier in the batch. Unused otherwise.
+    /// in the batch. Unused otherwise.
     pub pool: usize,
 }
 
@@ -95,9 +95,18 @@ pub fn evaluate(
     let count_rejected = mode == Mode::CountRejected;
     let mut allowed = Vec::with_capacity(charges.len());
     let mut landings = Vec::with_capacity(charges.len());
+    // A class's borrow check sees its pool as the whole request would leave it.
+    let mut totals = Vec::new();
+    if charges.iter().any(|c| c.params.borrow_until > 0) {
+        totals = vec![0u64; counters.len()];
+        for c in charges {
+            totals[c.counter] = totals[c.counter].saturating_add(c.cost);
+        }
+    }
     for c in charges {
         let k = check_cost(&c.params, c.cost, count_rejected);
-        let ok = admits(&counters[c.counter].after, &c.params, k, now) || borrows(counters, c);
+        let ok =
+            admits(&counters[c.counter].after, &c.params, k, now) || borrows(counters, &totals, c);
         let counter = &mut counters[c.counter];
         // A denied request never takes slots: nothing would release them.
         let counts = count_rejected && c.params.algorithm != Algorithm::Concurrency;
@@ -132,15 +141,16 @@ pub fn evaluate(
     }
 }
 
-/// Whether a class's charge past its guarantee may borrow: its pool's use, with what the batch
-/// has landed there (the request's pool charge among it), is within `borrow_until`.
-fn borrows(counters: &[Counter], c: &BatchCharge) -> bool {
+/// Whether a class's charge past its guarantee may borrow: its pool's use, with every charge
+/// the batch makes there (`totals`, per counter), is within `borrow_until`.
+fn borrows(counters: &[Counter], totals: &[u64], c: &BatchCharge) -> bool {
     c.params.borrow_until > 0
         && counters.get(c.pool).is_some_and(|pool| {
-            fixed_window::used(match &pool.after {
+            let used = fixed_window::used(match &pool.loaded {
                 Some(State::Window(w)) => Some(w),
                 _ => None,
-            }) <= c.params.borrow_until
+            });
+            used.saturating_add(totals[c.pool]) <= c.params.borrow_until
         })
 }
 
@@ -219,12 +229,20 @@ pub fn report(
         .map(|((c, &ok), landing)| {
             let state = states[c.counter];
             let k = check_cost(&c.params, c.cost, count_rejected);
+            let k = if landing.added > 0 || c.params.overdraft {
+                k
+            } else {
+                k.max(need[c.counter])
+            };
             let wait_us = if ok {
                 Some(reset_after(state, &c.params, now))
-            } else if landing.added > 0 || c.params.overdraft {
-                retry_after(state, &c.params, k, now)
+            } else if c.params.borrow_until > 0 && c.pool < states.len() {
+                // A class past its guarantee fits again by borrowing, when the window ends at
+                // the latest; never only past what it may borrow.
+                (k <= c.params.limit.max(c.params.borrow_until))
+                    .then(|| reset_after(state, &c.params, now))
             } else {
-                retry_after(state, &c.params, k.max(need[c.counter]), now)
+                retry_after(state, &c.params, k, now)
             };
             ChargeOutcome {
                 allowed: ok,

@@ -162,9 +162,12 @@ fn descriptor_status<'p>(
     let over = (0..charges.len()).filter(denied).max_by_key(wait_rank);
     let (code, pick) = match over {
         Some(i) => (Code::OverLimit, i),
+        // An admitted class of a pool's shares reports through its pool: a class past its
+        // guarantee has nothing "remaining" of it, yet borrows.
         None => (
             Code::Ok,
             (0..charges.len())
+                .filter(|&i| charges[i].limit.params.borrow_until == 0)
                 .min_by_key(|&i| outs[i].remaining)
                 .unwrap_or(0),
         ),

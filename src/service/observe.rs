@@ -364,6 +364,8 @@ fn count_statistics(
             .map_or(&[][..], |d| &d.entries[..]);
         match c.stats {
             Some(binding) => binding.with(entries, stats, |s| s.observe(observation, ratio)),
+            // A class's counter of a pool's shares: its pool's rule counts the request once.
+            None if c.limit.params.borrow_until > 0 => {}
             None => {
                 if let Some(s) = stats.dynamic(&name::override_name(&req.domain, entries)) {
                     s.observe(observation, ratio);
