@@ -3,8 +3,9 @@
 # the others send, two classes (tenant 0 and the odd ones batch, the even ones interactive),
 # against a pool of 200 a second. Once without shares (first come, first served), then with
 # interactive guaranteed 50% and batch 30%, borrowing up to 80% (the default), then up to 50%
-# (1 - the largest guarantee: each class's whole guarantee in every window). tollgate on the memory store;
-# shares-bench (tollgate-bench's third binary) sends open-loop and prints who got what.
+# (1 - the larger guarantee: with two classes, each one's whole guarantee in every window).
+# tollgate on the memory store; shares-bench (tollgate-bench's third binary) sends open-loop
+# and prints who got what.
 #
 #   scripts/bench-shares.sh [SECONDS]     # default 10 s each
 #
