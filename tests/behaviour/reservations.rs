@@ -21,7 +21,7 @@ use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
 use crate::support::kit::{
-    for_every_store, for_stores, limiter_with, redis_url, store, unique_prefix, StoreKind,
+    for_every_store, for_stores, limiter_with, store, two_instances, unique_prefix, StoreKind,
 };
 use crate::support::server::{descriptor, request, OK, OVER_LIMIT, T0_US};
 
@@ -369,23 +369,11 @@ fn four_hundred_racing_reservations_on_memory_never_overspend() {
 #[test]
 fn two_instances_racing_reservations_never_overspend() {
     for_stores(&[StoreKind::Redis, StoreKind::Cluster], |kind| async move {
-        use crate::support::kit::RedisSetup;
-        let url = redis_url(kind).expect("a Redis");
-        let prefix = unique_prefix();
         let clock = ManualClock::new(T0_US - T0_US % (60 * S) + S);
-        let mut limiters = Vec::new();
-        for _ in 0..2 {
-            let mut setup = RedisSetup::new(url.clone(), &clock);
-            setup.key_prefix = prefix.clone();
-            let store: Arc<AnyStore> = Arc::new(setup.connect().into());
-            crate::support::kit::wait_ready(&*store).await;
-            limiters.push(Arc::new(limiter_with(
-                &[CONFIG],
-                &load(),
-                Settings::default(),
-                store,
-            )));
-        }
+        let limiters = two_instances(kind, &clock)
+            .await
+            .map(|store| Arc::new(limiter_with(&[CONFIG], &load(), Settings::default(), store)))
+            .to_vec();
         race(limiters, 400, "race".into()).await;
     });
 }

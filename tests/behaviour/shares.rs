@@ -16,9 +16,7 @@ use tollgate::service::validate::Bounds;
 use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
-use crate::support::kit::{
-    for_every_store, for_stores, limiter, redis_url, store, unique_prefix, StoreKind,
-};
+use crate::support::kit::{for_every_store, for_stores, limiter, store, two_instances, StoreKind};
 use crate::support::server::{req, OK, OVER_LIMIT, T0_US};
 
 /// A pool of 100 an hour per model (`m1`, `m2`, `m3`: one pool each), every tenant together:
@@ -193,18 +191,11 @@ fn racing_classes_never_overspend_the_pool_on_memory() {
 #[test]
 fn two_instances_racing_classes_never_overspend_the_pool() {
     for_stores(&[StoreKind::Redis, StoreKind::Cluster], |kind| async move {
-        use crate::support::kit::RedisSetup;
-        let url = redis_url(kind).expect("a Redis");
-        let prefix = unique_prefix();
         let clock = ManualClock::new(T0_US);
-        let mut limiters = Vec::new();
-        for _ in 0..2 {
-            let mut setup = RedisSetup::new(url.clone(), &clock);
-            setup.key_prefix = prefix.clone();
-            let store: Arc<AnyStore> = Arc::new(setup.connect().into());
-            crate::support::kit::wait_ready(&*store).await;
-            limiters.push(Arc::new(limiter(CONFIG, Settings::default(), store)));
-        }
+        let limiters = two_instances(kind, &clock)
+            .await
+            .map(|store| Arc::new(limiter(CONFIG, Settings::default(), store)))
+            .to_vec();
         race(limiters).await;
     });
 }

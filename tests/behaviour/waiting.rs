@@ -16,9 +16,7 @@ use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
-use crate::support::kit::{
-    for_every_store, for_stores, limiter, redis_url, store, unique_prefix, StoreKind,
-};
+use crate::support::kit::{for_every_store, for_stores, limiter, store, two_instances, StoreKind};
 use crate::support::server::{req, OK, OVER_LIMIT, T0_US};
 
 /// 10 a second, burst 10: a unit refills every 100 ms. `burst` may wait 2 s, `short` 150 ms;
@@ -116,18 +114,11 @@ fn a_burst_is_admitted_in_order_and_held_until_it_fits() {
 #[test]
 fn two_instances_racing_hold_their_callers_in_one_order() {
     for_stores(&[StoreKind::Redis, StoreKind::Cluster], |kind| async move {
-        use crate::support::kit::RedisSetup;
-        let url = redis_url(kind).expect("a Redis");
-        let prefix = unique_prefix();
         let clock = ManualClock::new(T0_US);
-        let mut limiters = Vec::new();
-        for _ in 0..2 {
-            let mut setup = RedisSetup::new(url.clone(), &clock);
-            setup.key_prefix = prefix.clone();
-            let store: Arc<AnyStore> = Arc::new(setup.connect().into());
-            crate::support::kit::wait_ready(&*store).await;
-            limiters.push(Arc::new(limiter(CONFIG, Settings::default(), store)));
-        }
+        let limiters = two_instances(kind, &clock)
+            .await
+            .map(|store| Arc::new(limiter(CONFIG, Settings::default(), store)))
+            .to_vec();
         burst(limiters, "two".into()).await;
     });
 }

@@ -140,6 +140,22 @@ impl RedisSetup {
     }
 }
 
+/// Two stores on `kind`'s Redis (a single node or the cluster) sharing one key prefix, each
+/// ready: two instances racing on the same counters.
+pub async fn two_instances(kind: StoreKind, clock: &ManualClock) -> [Arc<AnyStore>; 2] {
+    let url = redis_url(kind).expect("a Redis");
+    let prefix = unique_prefix();
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let mut setup = RedisSetup::new(url.clone(), clock);
+        setup.key_prefix = prefix.clone();
+        let store: Arc<AnyStore> = Arc::new(setup.connect().into());
+        wait_ready(&*store).await;
+        stores.push(store);
+    }
+    [stores[0].clone(), stores[1].clone()]
+}
+
 /// Runs upkeep until `store` is ready (bounded).
 pub async fn wait_ready<S: Store>(store: &S) {
     for _ in 0..200 {
