@@ -49,6 +49,8 @@ fn params() -> LimitParams {
         calendar: None,
         max_wait_us: 0,
         borrow_until: 0,
+        fair_floor: 0,
+        fair_cap: 0,
     }
 }
 

@@ -26,7 +26,10 @@
 --   charge on a shared pool, `shares:`: pool is the 1-based key index of the pool's counter, a
 --   fixed window charged in the call; past the class's guarantee, its limit, the charge still
 --   fits while the pool's use with every charge of the call stays within borrow_until,
---   batch::borrows; 0, 0 for the others). A calendar window (a fixed window whose window is a calendar period in a
+--   batch::borrows; 0, 0 for the others; a fair share's tenant sends its pool and its pool's
+--   `above` in units the same way), fair (a fair share's tenant's floor; 0 for the others: the
+--   tenant's limit is the pool's, its share the pool ÷ the active tenants the next charge's
+--   counter counts, no less than the floor; see batch::touch_tenants and batch::share). A calendar window (a fixed window whose window is a calendar period in a
 --   time zone, src/limit/calendar.rs) sends -a as its window and b as its burst: a and b are two
 --   consecutive period ends around the caller's clock, and the window holding now ends at the
 --   first of them after now. A concurrency limit's window is its hold (how long a slot stays
@@ -79,7 +82,7 @@
 -- a single call).
 
 -- The layout (src/store/redis/script.rs `layout`).
-local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 11, 5
+local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 12, 5
 local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND, RELEASE, RENEW = 0, 1, 2, 3, 4, 5
 local RESERVE, SETTLE, UNRESERVE = 6, 7, 8
 local FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, CONCURRENCY = 0, 1, 2, 3
@@ -324,9 +327,9 @@ local function reservations()
   local function direct_settle()
     if nkeys ~= n + 1 then return nil end
     for i = 1, n do
-      local _, alg, _, _, _, _, _, role, _, pool =
-        struct.unpack('<dddddddddd', P, FIRST + (i - 1) * CHARGE)
-      if alg ~= FIXED_WINDOW or role ~= ENFORCED or pool ~= 0 then return nil end
+      local _, alg, _, _, _, _, _, role, _, pool, _, fair =
+        struct.unpack('<dddddddddddd', P, FIRST + (i - 1) * CHARGE)
+      if alg ~= FIXED_WINDOW or role ~= ENFORCED or pool ~= 0 or fair ~= 0 then return nil end
     end
     local record = KEYS[KO + nkeys]
     local entries = record_read(record)
@@ -392,9 +395,11 @@ local function direct()
   end
   if n == 1 then
     -- The commonest call of all, with no table.
-    local ki, alg, limit, window, b, overdraft, cost, role, _, pool =
-      struct.unpack('<dddddddddd', P, FIRST)
-    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET or pool ~= 0 then return nil end
+    local ki, alg, limit, window, b, overdraft, cost, role, _, pool, _, fair =
+      struct.unpack('<dddddddddddd', P, FIRST)
+    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET or pool ~= 0 or fair ~= 0 then
+      return nil
+    end
     if alg == FIXED_WINDOW then window = fixed_fresh(window, b) end
     local key = KEYS[KO + ki]
     local used, stop, from, len, lt, lc = window_read(key, alg, window)
@@ -409,9 +414,11 @@ local function direct()
   local charges = {}
   local all = mode ~= DRY_RUN
   for i = 1, n do
-    local ki, alg, limit, window, b, overdraft, cost, role, _, pool =
-      struct.unpack('<dddddddddd', P, FIRST + (i - 1) * CHARGE)
-    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET or pool ~= 0 then return nil end
+    local ki, alg, limit, window, b, overdraft, cost, role, _, pool, _, fair =
+      struct.unpack('<dddddddddddd', P, FIRST + (i - 1) * CHARGE)
+    if overdraft ~= 0 or role ~= ENFORCED or alg >= TOKEN_BUCKET or pool ~= 0 or fair ~= 0 then
+      return nil
+    end
     if alg == FIXED_WINDOW then window = fixed_fresh(window, b) end
     local ch = { key = KEYS[KO + ki], alg = alg, limit = limit, window = window, cost = cost,
       used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0 }
@@ -719,7 +726,8 @@ build = function()
   local function open(ki, alg, window, b, overdraft)
     local c = { key = KEYS[KO + ki], alg = alg, window = window, overdraft = overdraft,
       added = 0, used = 0, stop = 0, head = 0, len = 0, lt = false, lc = 0, s = false,
-      after = false, need = 0, commit = false, fresh = 0, held = false }
+      after = false, need = 0, commit = false, fresh = 0, held = false,
+      touched = false, born = false }
     if alg == TOKEN_BUCKET then
       c.s = tb.read(c)
       c.after = c.s
@@ -758,7 +766,10 @@ build = function()
     local added = c.added
     c.added = 0
     if c.alg == FIXED_WINDOW then
-      c.used, c.stop = fixed_land(c.key, c.fresh, c.used, c.stop, added)
+      -- A window a fair share's touch started is new to Redis: it takes its expiry.
+      local stop = c.stop
+      if c.born then stop, c.born = 0, false end
+      c.used, c.stop = fixed_land(c.key, c.fresh, c.used, stop, added)
     elseif c.alg == CONCURRENCY then
       local _, h = slots_find(c.held)
       if h then
@@ -800,7 +811,8 @@ build = function()
       -- an empty window under another end, which no earlier mark finds: lua/admin.lua).
       if c.stop ~= 0 and c.stop ~= mark1 then return end
       c.used = c.used - math.min(amount, c.used)
-      if c.used == 0 then
+      -- A tenant of a fair share stays active to its window's end, refunded or not.
+      if c.used == 0 and p.fair == 0 then
         c.stop = 0
         redis.call('DEL', c.key)
       else
@@ -928,8 +940,8 @@ build = function()
     -- it landed.
     local charges, counters = {}, {}
     for i = 1, n do
-      local ki, alg, limit, window, burst, overdraft, cost, role, wait, pool, borrow =
-        struct.unpack('<ddddddddddd', P, FIRST + (i - 1) * CHARGE)
+      local ki, alg, limit, window, burst, overdraft, cost, role, wait, pool, borrow, fair =
+        struct.unpack('<dddddddddddd', P, FIRST + (i - 1) * CHARGE)
       local c = counters[ki]
       if c == nil then
         c = open(ki, alg, window, burst, overdraft == 1)
@@ -940,7 +952,8 @@ build = function()
       local q = math.floor(window / limit)
       charges[i] = { c = c, alg = alg, limit = limit, window = window, burst = burst,
         overdraft = overdraft == 1, cap = burst * CAP, q = q, r = window - q * limit,
-        cost = cost, role = role, wait = wait, pool = pool, borrow = borrow, allowed = false,
+        cost = cost, role = role, wait = wait, pool = pool, borrow = borrow, fair = fair,
+        allowed = false,
         landed = 0, mark1 = 0, mark2 = 0 }
     end
 
@@ -1009,9 +1022,34 @@ build = function()
         local c = charges[i].c
         c.total = (c.total or 0) + charges[i].cost
       end
+      -- A fair share's tenant not yet active in its window becomes active, whatever the
+      -- verdict (batch::touch_tenants): its counter starts empty, and the pool's count of
+      -- active tenants (the next charge's counter) adds one while under its limit.
+      for i = 1, n - 1 do
+        local ch, a = charges[i], charges[i + 1]
+        local c = ch.c
+        if ch.fair > 0 and ch.alg == FIXED_WINDOW and a.alg == FIXED_WINDOW and c.stop == 0
+            and c.added == 0 then
+          -- A window started by a touch has its end now, and its key is new (write()).
+          c.touched, c.stop, c.born = true, c.fresh, true
+          if a.c.used < a.limit then
+            a.c.used = a.c.used + 1
+            a.c.touched = true
+            if a.c.stop == 0 then a.c.stop, a.c.born = a.c.fresh, true end
+          end
+        end
+      end
       for i = 1, n do
         local ch = charges[i]
-        ch.allowed = fits(ch.c, ch, check_cost(ch))
+        if ch.fair > 0 then
+          -- Its share (batch::share): the pool ÷ the active tenants, at least the floor.
+          local active = 1
+          if i < n then active = math.max(charges[i + 1].c.used, 1) end
+          local share = math.max(math.floor(ch.limit / active), ch.fair)
+          ch.allowed = ch.c.used + ch.c.added + check_cost(ch) <= share
+        else
+          ch.allowed = fits(ch.c, ch, check_cost(ch))
+        end
         if not ch.allowed and ch.borrow > 0 and counters[ch.pool] then
           -- A class past its guarantee borrows while its pool, with the whole call, stays
           -- within borrow_until.
@@ -1034,6 +1072,8 @@ build = function()
         else
           c.added = 0
           c.after = c.s
+          -- A tenant's first sight, and the active count it joined, stay whatever the verdict.
+          if c.touched and mode ~= DRY_RUN then write(c) end
         end
       end
       for i = 1, n do

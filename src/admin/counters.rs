@@ -420,7 +420,7 @@ pub async fn reset<S: Store>(
             let l = &c.limit;
             &l.metric_label == name
                 || &l.name == name
-                || (l.params.borrow_until > 0
+                || (l.params.is_pool_part()
                     && [&l.metric_label, &l.name]
                         .iter()
                         .any(|n| n.rsplit_once('/').is_some_and(|(pool, _)| pool == name)))

@@ -11,7 +11,7 @@
 //! whole; a denied one, the time until the request's unlanded cost on that counter fits.
 
 use super::concurrency::{self, SlotId};
-use super::fixed_window;
+use super::fixed_window::{self, Window};
 use super::{
     admits, charge_as, check_cost, refresh, remaining, reset_after, retry_after, Landing, State,
 };
@@ -41,6 +41,9 @@ pub struct Counter {
     pub overdraft: bool,
     /// Set by [`evaluate`]: write `after` back to the store.
     pub commit: bool,
+    /// A fair share's tenant seen for the first time in its window, or the count of active
+    /// tenants it joined: `loaded` holds the change, which is written whatever the verdict.
+    pub touched: bool,
 }
 
 impl Counter {
@@ -52,6 +55,7 @@ impl Counter {
             loaded,
             overdraft: params.overdraft,
             commit: false,
+            touched: false,
         }
     }
 
@@ -103,10 +107,17 @@ pub fn evaluate(
             totals[c.counter] = totals[c.counter].saturating_add(c.cost);
         }
     }
-    for c in charges {
+    touch_tenants(counters, charges, now);
+    for (i, c) in charges.iter().enumerate() {
         let k = check_cost(&c.params, c.cost, count_rejected);
-        let ok =
-            admits(&counters[c.counter].after, &c.params, k, now) || borrows(counters, &totals, c);
+        let p = match c.params.fair_floor {
+            0 => c.params,
+            _ => LimitParams {
+                limit: share(counters, charges, i),
+                ..c.params
+            },
+        };
+        let ok = admits(&counters[c.counter].after, &p, k, now) || borrows(counters, &totals, c);
         let counter = &mut counters[c.counter];
         // A denied request never takes slots: nothing would release them.
         let counts = count_rejected && c.params.algorithm != Algorithm::Concurrency;
@@ -127,10 +138,15 @@ pub fn evaluate(
     );
     for counter in counters.iter_mut() {
         let lands = count_rejected || verdict.lands(counter.overdraft);
-        counter.commit = mode != Mode::DryRun && lands && counter.after != counter.loaded;
+        if counter.touched && !lands {
+            counter.after = counter.loaded.clone();
+        }
+        counter.commit =
+            mode != Mode::DryRun && (counter.touched || (lands && counter.after != counter.loaded));
     }
     for (c, landing) in charges.iter().zip(landings.iter_mut()) {
-        if !counters[c.counter].commit {
+        let counter = &counters[c.counter];
+        if !counter.commit || counter.after == counter.loaded {
             *landing = Landing::default();
         }
     }
@@ -139,6 +155,61 @@ pub fn evaluate(
         allowed,
         landings,
     }
+}
+
+/// A fair share's tenant (`fair_floor > 0`) not yet active in its window becomes active,
+/// whatever the verdict: its counter starts empty, and the pool's count of active tenants (the
+/// counter of the charge right after it, limited to the most tenants it counts) adds one while
+/// under that limit. The script does the same.
+fn touch_tenants(counters: &mut [Counter], charges: &[BatchCharge], now: u64) {
+    for (i, c) in charges.iter().enumerate() {
+        let Some(a) = charges.get(i + 1) else {
+            continue;
+        };
+        if c.params.fair_floor == 0
+            || c.params.algorithm != Algorithm::FixedWindow
+            || a.params.algorithm != Algorithm::FixedWindow
+            || counters[c.counter].after.is_some()
+        {
+            continue;
+        }
+        let tenant = &mut counters[c.counter];
+        tenant.loaded = Some(State::Window(Window {
+            count: 0,
+            end_us: fixed_window::fresh_end(&c.params, now),
+        }));
+        tenant.after = tenant.loaded.clone();
+        tenant.touched = true;
+        let active = &mut counters[a.counter];
+        let w = match &active.after {
+            Some(State::Window(w)) => *w,
+            _ => Window {
+                count: 0,
+                end_us: fixed_window::fresh_end(&a.params, now),
+            },
+        };
+        if w.count < a.params.limit {
+            active.loaded = Some(State::Window(Window {
+                count: w.count + 1,
+                ..w
+            }));
+            active.after = active.loaded.clone();
+            active.touched = true;
+        }
+    }
+}
+
+/// A fair share's tenant's share (charge `i`): the pool's limit ÷ its active tenants (the
+/// count the next charge's counter holds), rounded down, and no less than the floor.
+pub fn share(counters: &[Counter], charges: &[BatchCharge], i: usize) -> u64 {
+    let c = &charges[i];
+    let active = charges
+        .get(i + 1)
+        .map_or(1, |a| match &counters[a.counter].after {
+            Some(State::Window(w)) => w.count.max(1),
+            _ => 1,
+        });
+    (c.params.limit / active).max(c.params.fair_floor)
 }
 
 /// Whether a class's charge past its guarantee may borrow: its pool's use, with every charge
@@ -277,7 +348,6 @@ pub fn evaluate_and_report(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::algorithm::fixed_window::Window;
     use crate::limit::Algorithm;
 
     pub const S: u64 = 1_000_000;
@@ -292,6 +362,8 @@ pub(crate) mod tests {
             calendar: None,
             max_wait_us: 0,
             borrow_until: 0,
+            fair_floor: 0,
+            fair_cap: 0,
         }
     }
 

@@ -194,9 +194,10 @@ pub fn refund(state: &mut Option<State>, p: &LimitParams, landing: Landing, now:
     }
     *state = match state.take() {
         None => None,
-        Some(State::Window(w)) => {
-            fixed_window::refund(w, landing.mark.0, landing.added).map(State::Window)
-        }
+        // A tenant of a fair share stays active to its window's end, refunded or not.
+        Some(State::Window(w)) => fixed_window::refund(w, landing.mark.0, landing.added)
+            .or((p.fair_floor > 0).then_some(Window { count: 0, ..w }))
+            .map(State::Window),
         Some(State::Log(l)) => {
             sliding_window::refund(l, p, landing.mark.0, landing.added).map(State::Log)
         }

@@ -8,18 +8,20 @@ use std::sync::Arc;
 
 use super::raw::{
     calendar_unit, check_concurrency, compile_calendar, max_wait_us, slot_hold_us, window_us,
-    Amount, RawFile, RawLimit, RawPrices, RawRule, RawShares, DEFAULT_BORROW_UNTIL,
-    DEFAULT_SLOT_HOLD_US,
+    Amount, RawFile, RawLimit, RawPrices, RawRule, DEFAULT_SLOT_HOLD_US,
 };
 use super::{Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::config::error::{
     ConfigError, ConfigProblem, LeaseError, LimitError, PricesError, RuleError,
 };
+use crate::config::pool::{
+    RawFairShare, RawShares, DEFAULT_ABOVE, DEFAULT_BORROW_UNTIL, DEFAULT_MAX_TENANTS,
+};
 use crate::config::usage::UsageDomains;
 use crate::limit::money::Prices;
 use crate::limit::unit::Unit;
 use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams};
-use crate::limit::{Class, Shares, CLASS_MARK};
+use crate::limit::{Class, FairShare, Shares, ACTIVE_MARK, CLASS_MARK, TENANT_MARK};
 
 /// Parses and compiles one YAML file's text. `file` names it in errors; a domain that
 /// `usage_domains` names gets overdraft limits only (see [`UsageDomains`]).
@@ -181,6 +183,7 @@ fn compile_rule(
     for (i, mut rl) in raw_limits.into_iter().enumerate() {
         let replaces = compile_replaces(&rl).map_err(at)?;
         let raw_shares = rl.shares.take();
+        let raw_fair = rl.fair_share.take();
         if rl.unlimited {
             if rl.unit.as_deref().is_some_and(|u| !u.is_empty()) {
                 return Err(RuleError::UnlimitedWithUnit(full_key));
@@ -206,6 +209,12 @@ fn compile_rule(
                 return Err(at(LimitError::SharesWith("overdraft")));
             }
             limit.shares = Some(Arc::new(compile_shares(&limit, raw_shares)));
+        }
+        if let Some(raw_fair) = raw_fair {
+            if limit.params.overdraft {
+                return Err(at(LimitError::FairShareWith("overdraft")));
+            }
+            limit.fair_share = Some(Arc::new(compile_fair_share(&limit, raw_fair)));
         }
         limits.push(Arc::new(limit));
     }
@@ -321,6 +330,8 @@ fn compile_limit(
             None => 0,
         },
         borrow_until: 0,
+        fair_floor: 0,
+        fair_cap: 0,
     };
     if params.max_wait_us as u128 * params.limit as u128
         > crate::limit::DEBT_CAP_FACTOR as u128 * params.burst as u128 * params.window_us as u128
@@ -403,6 +414,63 @@ fn compile_shares(pool: &Limit, raw: RawShares) -> Shares {
         by: raw.by,
         classes,
         borrow_until,
+    }
+}
+
+/// A pool's fair share (checked as the file was read, `pool::check_fair_share`): a tenant's
+/// counter is a fixed window like the pool's, limited to the pool's limit (its share is worked
+/// out as it is decided), free up to `above` of the pool (rounded down, at least 1); the active
+/// tenants' count is a fixed window like the pool's, limited to `max_tenants`.
+fn compile_fair_share(pool: &Limit, raw: RawFairShare) -> FairShare {
+    let above = raw.above.unwrap_or(DEFAULT_ABOVE);
+    let floor = raw.floor.unwrap_or(1);
+    let max_tenants = raw.max_tenants.unwrap_or(DEFAULT_MAX_TENANTS);
+    let part = |suffix: String, label: &str, params: LimitParams| {
+        let mut limit = Limit::new(
+            format!("{}{label}", pool.name),
+            pool.unit,
+            u32::try_from(params.limit).unwrap_or(u32::MAX),
+            params,
+        );
+        limit.shared = true;
+        limit.spend = pool.spend;
+        limit.key_suffix = format!("{}{suffix}", pool.key_suffix);
+        limit.metric_label = format!("{}{label}", pool.metric_label);
+        limit
+    };
+    let tenant = part(
+        TENANT_MARK.to_string(),
+        "/tenant",
+        LimitParams {
+            overdraft: false,
+            max_wait_us: 0,
+            borrow_until: ((above * pool.params.limit as f64).floor() as u64).max(1),
+            fair_floor: floor,
+            fair_cap: 0,
+            ..pool.params
+        },
+    );
+    let active = part(
+        ACTIVE_MARK.to_string(),
+        "/active_tenants",
+        LimitParams {
+            limit: max_tenants,
+            burst: max_tenants,
+            overdraft: false,
+            max_wait_us: 0,
+            borrow_until: 0,
+            fair_floor: 0,
+            fair_cap: max_tenants,
+            ..pool.params
+        },
+    );
+    FairShare {
+        by: raw.by,
+        above,
+        floor,
+        max_tenants,
+        tenant,
+        active,
     }
 }
 

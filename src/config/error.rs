@@ -227,6 +227,24 @@ pub enum LimitError {
     SharesDefault(String),
     #[error("borrow_until {0}: expected a fraction of the pool above 0 and at most 1")]
     SharesBorrowUntil(String),
+    #[error(
+        "fair_share is only valid on a shared: true limit (a pool every value of the rule shares)"
+    )]
+    FairShareNotShared,
+    #[error(
+        "fair_share needs algorithm fixed_window (found {0}): a tenant's use is counted per window"
+    )]
+    FairShareAlgorithm(&'static str),
+    #[error("fair_share cannot be combined with {0}")]
+    FairShareWith(&'static str),
+    #[error("fair_share needs by (the descriptor entry naming the tenant)")]
+    FairShareBy,
+    #[error("fair_share above {0}: expected a fraction of the pool above 0 and at most 1")]
+    FairShareAbove(String),
+    #[error("fair_share floor 0: a tenant's share is at least 1 unit")]
+    FairShareFloor,
+    #[error("fair_share max_tenants {0}: expected 1 to 1000000")]
+    FairShareMaxTenants(u64),
     #[error("lease_ttl is only valid with algorithm concurrency")]
     SlotHoldWithoutConcurrency,
     #[error("a concurrency limit cannot also have {0}")]

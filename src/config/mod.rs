@@ -8,6 +8,7 @@ pub mod bind;
 pub mod compile;
 pub mod error;
 pub mod load;
+mod pool;
 mod raw;
 pub mod reload;
 pub mod usage;
@@ -332,6 +333,13 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
                     s,
                     "}}, default: {}, borrow_until: {}}}",
                     sh.classes[sh.default].name, sh.borrow_until
+                );
+            }
+            if let Some(f) = &l.fair_share {
+                let _ = write!(
+                    s,
+                    ", fair_share: {{by: {}, above: {} ({} units), floor: {}, max_tenants: {}}}",
+                    f.by, f.above, f.tenant.params.borrow_until, f.floor, f.max_tenants
                 );
             }
             for (flag, on) in [

@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::base::duration;
 use crate::config::error::LimitError;
+use crate::config::pool::{check_fair_share, check_shares, Pool, RawFairShare, RawShares};
 use crate::limit::unit::Unit;
 use crate::limit::Algorithm;
 
@@ -186,22 +187,10 @@ pub struct RawLimit {
     /// tollgate: on a shared fixed window, guaranteed shares of the pool by class.
     #[serde(default)]
     pub shares: Option<RawShares>,
-}
-
-/// `shares:` as written: the class entry, each class's guaranteed fraction, the default class
-/// and up to what use of the pool a class past its guarantee may borrow (default 0.8).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawShares {
-    pub by: String,
-    pub classes: std::collections::BTreeMap<String, f64>,
-    pub default: String,
+    /// tollgate: on a shared fixed window, a fair share among the pool's active tenants.
     #[serde(default)]
-    pub borrow_until: Option<f64>,
+    pub fair_share: Option<RawFairShare>,
 }
-
-/// `borrow_until` when none is written.
-pub const DEFAULT_BORROW_UNTIL: f64 = 0.8;
 
 /// A limit read from a file, its fields checked against each other as it was read (calendar
 /// and concurrency keys), so that an error names its line.
@@ -408,8 +397,20 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
             return Err(LimitError::MaxWaitWithOverdraft);
         }
     }
+    let pool = Pool {
+        shared: rl.shared,
+        algorithm,
+        lease: rl.lease.is_some(),
+        overdraft: rl.overdraft,
+    };
     if let Some(shares) = &rl.shares {
-        check_shares(rl, algorithm, shares)?;
+        check_shares(pool, shares)?;
+    }
+    if let Some(fair) = &rl.fair_share {
+        if rl.shares.is_some() {
+            return Err(LimitError::FairShareWith("shares"));
+        }
+        check_fair_share(pool, fair)?;
     }
     if let Some(spend) = rl.spend {
         if rl.requests_per_unit.is_some() {
@@ -425,48 +426,6 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
         }
         if spend.0 > crate::limit::money::MAX_SPEND {
             return Err(LimitError::SpendTooLarge(spend.0));
-        }
-    }
-    Ok(())
-}
-
-/// `shares:`: on a `shared: true` fixed window without `lease` or `overdraft`; class names fit
-/// in a key; fractions above 0 and summing to at most 1; the default one of the classes.
-fn check_shares(rl: &RawLimit, algorithm: Algorithm, s: &RawShares) -> Result<(), LimitError> {
-    if !rl.shared {
-        return Err(LimitError::SharesNotShared);
-    }
-    if algorithm != Algorithm::FixedWindow {
-        return Err(LimitError::SharesAlgorithm(algorithm.name()));
-    }
-    if rl.lease.is_some() || rl.overdraft {
-        return Err(LimitError::SharesWith(if rl.lease.is_some() {
-            "lease"
-        } else {
-            "overdraft"
-        }));
-    }
-    if s.by.is_empty() || s.classes.is_empty() {
-        return Err(LimitError::SharesEmpty);
-    }
-    for (name, &f) in &s.classes {
-        if !crate::limit::valid_class_name(name) {
-            return Err(LimitError::SharesClassName(name.clone()));
-        }
-        if !(f > 0.0 && f <= 1.0) {
-            return Err(LimitError::SharesFraction(name.clone(), f.to_string()));
-        }
-    }
-    let sum: f64 = s.classes.values().sum();
-    if sum > 1.0 + 1e-9 {
-        return Err(LimitError::SharesSum(format!("{sum:.4}")));
-    }
-    if !s.classes.contains_key(&s.default) {
-        return Err(LimitError::SharesDefault(s.default.clone()));
-    }
-    if let Some(b) = s.borrow_until {
-        if !(b > 0.0 && b <= 1.0) {
-            return Err(LimitError::SharesBorrowUntil(b.to_string()));
         }
     }
     Ok(())

@@ -84,8 +84,16 @@ pub struct LimitParams {
     pub max_wait_us: u64,
     /// A class's counter of a shared pool (`shares:`, see [`shares`]): `limit` is the class's
     /// guarantee, and beyond it a charge still fits while the pool's use, with the request's
-    /// charge, stays within this many units. 0: an ordinary limit.
+    /// charge, stays within this many units. 0: an ordinary limit. A tenant's counter of a
+    /// fair share (`fair_share:`) borrows the same way, up to the pool's `above`.
     pub borrow_until: u64,
+    /// A tenant's counter of a pool's fair share (see [`FairShare`]): the floor of its share
+    /// (at least 1); `limit` is the pool's, and the charge right after it in its batch is the
+    /// pool's count of active tenants. 0: an ordinary limit.
+    pub fair_floor: u64,
+    /// The count of a pool's active tenants (a fixed window charged nothing): the most
+    /// tenants it counts (`limit` is the same). 0: an ordinary limit.
+    pub fair_cap: u64,
 }
 
 /// Debt beyond a full limit is capped at this many times its capacity: usage (an overdraft's
@@ -105,6 +113,12 @@ impl LimitParams {
     /// The most usage a counter holds: a full limit plus [`DEBT_CAP_FACTOR`] × capacity.
     pub fn usage_cap(&self) -> u64 {
         self.capacity().saturating_mul(DEBT_CAP_FACTOR + 1)
+    }
+
+    /// A counter a pool keeps beside its own (a class's, a tenant's, the active tenants'):
+    /// it adds no status to the response and no statistic; its pool reports the request.
+    pub fn is_pool_part(&self) -> bool {
+        self.borrow_until > 0 || self.fair_cap > 0
     }
 }
 
@@ -133,6 +147,9 @@ pub struct Limit {
     pub spend: bool,
     /// `shares:` on a shared pool: guaranteed shares by class (see [`Shares`]).
     pub shares: Option<std::sync::Arc<Shares>>,
+    /// `fair_share:` on a shared pool: a fair share among its active tenants (see
+    /// [`FairShare`]).
+    pub fair_share: Option<std::sync::Arc<FairShare>>,
 }
 
 /// The `limit` label of every request's own `limit` override.
@@ -154,6 +171,7 @@ impl Limit {
             key_suffix,
             spend: false,
             shares: None,
+            fair_share: None,
         }
     }
 
@@ -174,6 +192,8 @@ impl Limit {
                 calendar: None,
                 max_wait_us: 0,
                 borrow_until: 0,
+                fair_floor: 0,
+                fair_cap: 0,
             },
         );
         limit.metric_label = OVERRIDE_LABEL.to_string();
@@ -271,4 +291,48 @@ pub fn valid_class_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// What a tenant's counter key adds to its pool's (see [`FairShare`]); the count of active
+/// tenants is the pool's key plus [`ACTIVE_MARK`].
+pub const TENANT_MARK: &str = "|t=";
+pub const ACTIVE_MARK: &str = "|t";
+
+/// A fair share among a pool's active tenants (`fair_share:` on a `shared: true` fixed
+/// window).
+///
+/// A request names its tenant by a descriptor entry (`by: tenant`; a request without it is
+/// the tenant named by the empty value). Each tenant active in the window has a counter beside
+/// the pool's (its key is the pool's plus [`TENANT_MARK`] and the tenant, in the pool's hash
+/// slot), and the pool counts its active tenants (a counter beside it, [`ACTIVE_MARK`]). A
+/// tenant is active from its first request of the window, admitted or refused, to the
+/// window's end. The rule, held exactly by both stores (`algorithm::batch`):
+///
+/// - while the pool's use, with the request, stays within `above` of the pool, any tenant may
+///   use it;
+/// - past that, a tenant is admitted only within its share: max(`floor`, the pool ÷ the active
+///   tenants), rounded down.
+///
+/// The active count stops at `max_tenants`: a tenant arriving after that is still held to its
+/// share (it has a counter), but the share divides by at most `max_tenants`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairShare {
+    /// The descriptor entry whose value names a request's tenant.
+    pub by: String,
+    /// `above` as written (a fraction of the pool), for `/rlconfig`.
+    pub above: f64,
+    pub floor: u64,
+    pub max_tenants: u64,
+    /// A tenant's counter: a fixed window like the pool's, limited to the pool's limit, with
+    /// `borrow_until` the pool's use in units up to which it is free and `fair_floor` the floor.
+    pub tenant: Limit,
+    /// The active tenants' count: a fixed window like the pool's, limited to `max_tenants`.
+    pub active: Limit,
+}
+
+impl FairShare {
+    /// The tenant a descriptor's entries name (empty when none).
+    pub fn tenant_of<'a>(&self, mut entries: impl Iterator<Item = (&'a str, &'a str)>) -> &'a str {
+        entries.find(|(k, _)| *k == self.by).map_or("", |(_, v)| v)
+    }
 }

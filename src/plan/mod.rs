@@ -22,7 +22,7 @@ use crate::config::{Config, Pattern, Rule};
 use crate::limit::money::{self, Prices, Unpriced};
 use crate::limit::unit::Unit;
 use crate::limit::Limit;
-use crate::limit::{Class, Shares, CLASS_MARK};
+use crate::limit::{Class, FairShare, Shares, ACTIVE_MARK, CLASS_MARK, TENANT_MARK};
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
 use crate::telemetry::stats::name::StatsBinding;
@@ -126,6 +126,11 @@ pub enum PlanError {
     OverrideUnit { descriptor: usize, unit: i32 },
     #[error("descriptor {descriptor}: limit override must have requests_per_unit of at least 1")]
     OverrideZero { descriptor: usize },
+}
+
+/// The tenant of a pool's fair share a descriptor names.
+fn tenant_of<'d>(fair: &FairShare, d: &'d RateLimitDescriptor) -> &'d str {
+    fair.tenant_of(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
 }
 
 /// The class of a pool's shares a descriptor names.
@@ -311,6 +316,45 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
                 .as_deref()
                 .map(|sh| Cow::Owned(class_of(sh, d).limit.clone())),
         };
+        // A pool with a fair share: the request's tenant and the pool's active tenants are
+        // charged beside it (the active count right after the tenant, as the batch expects),
+        // on keys in its slot.
+        let fair = match &c.limit {
+            Cow::Borrowed(l) => l.fair_share.as_deref().map(|f| {
+                (
+                    Cow::Borrowed(&f.tenant),
+                    Cow::Borrowed(&f.active),
+                    tenant_of(f, d),
+                )
+            }),
+            Cow::Owned(l) => l.fair_share.as_deref().map(|f| {
+                (
+                    Cow::Owned(f.tenant.clone()),
+                    Cow::Owned(f.active.clone()),
+                    tenant_of(f, d),
+                )
+            }),
+        };
+        let fair = fair.map(|(tenant, active, name)| {
+            [
+                PlannedCharge {
+                    descriptor: c.descriptor,
+                    cost,
+                    key: format!("{key}{TENANT_MARK}{name}"),
+                    limit: tenant,
+                    stats: None,
+                    role: c.role,
+                },
+                PlannedCharge {
+                    descriptor: c.descriptor,
+                    cost: 0,
+                    key: format!("{key}{ACTIVE_MARK}"),
+                    limit: active,
+                    stats: None,
+                    role: Role::Shadow,
+                },
+            ]
+        });
         let class = class.map(|limit| PlannedCharge {
             descriptor: c.descriptor,
             cost,
@@ -333,6 +377,10 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         if let Some(class) = class {
             descriptors[class.descriptor].charges.end += 1;
             charges.push(class);
+        }
+        if let Some(fair) = fair {
+            descriptors[c.descriptor].charges.end += 2;
+            charges.extend(fair);
         }
     }
     for dp in &mut descriptors {

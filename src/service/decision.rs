@@ -80,7 +80,7 @@ pub fn assemble<'p>(
         .charges
         .iter()
         .zip(outcomes)
-        .any(|(c, o)| c.role == Role::Shadow && !o.allowed);
+        .any(|(c, o)| c.role == Role::Shadow && !o.allowed && !c.limit.params.is_pool_part());
     Decision {
         overall: if over && !global_shadow {
             Code::OverLimit
@@ -167,7 +167,7 @@ fn descriptor_status<'p>(
         None => (
             Code::Ok,
             (0..charges.len())
-                .filter(|&i| charges[i].limit.params.borrow_until == 0)
+                .filter(|&i| !charges[i].limit.params.is_pool_part())
                 .min_by_key(|&i| outs[i].remaining)
                 .unwrap_or(0),
         ),

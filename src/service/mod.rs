@@ -573,8 +573,11 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
                 0 => 0,
                 n => (n / u64::from(share)).max(1),
             };
-            limit.params.limit = part(limit.params.limit);
-            limit.params.burst = part(limit.params.burst);
+            // The count of a pool's active tenants counts tenants, not units: it stays.
+            if limit.params.fair_cap == 0 {
+                limit.params.limit = part(limit.params.limit);
+                limit.params.burst = part(limit.params.burst);
+            }
             limit.params.borrow_until = part(limit.params.borrow_until);
             // Nothing holds a fallback's answer: it never waits.
             limit.params.max_wait_us = 0;

@@ -267,6 +267,10 @@ impl Observer {
             count_statistics(stats, req, plan, outcomes, decision, settings);
         }
         for (c, o) in plan.charges.iter().zip(outcomes) {
+            // The count of a pool's active tenants is not a limit a request is charged.
+            if c.limit.params.fair_cap > 0 {
+                continue;
+            }
             let capacity = c.limit.params.capacity();
             let used = capacity.saturating_sub(o.remaining);
             let result = LimitResult::of(o.allowed, c.role == Role::Shadow, used, capacity);
@@ -364,8 +368,9 @@ fn count_statistics(
             .map_or(&[][..], |d| &d.entries[..]);
         match c.stats {
             Some(binding) => binding.with(entries, stats, |s| s.observe(observation, ratio)),
-            // A class's counter of a pool's shares: its pool's rule counts the request once.
-            None if c.limit.params.borrow_until > 0 => {}
+            // A class's, a tenant's or the active tenants' counter of a pool: its pool's rule
+            // counts the request once.
+            None if c.limit.params.is_pool_part() => {}
             None => {
                 if let Some(s) = stats.dynamic(&name::override_name(&req.domain, entries)) {
                     s.observe(observation, ratio);

@@ -47,9 +47,22 @@ impl Group {
     /// For a class's charge (`borrow_until > 0`), its pool's counter: the index in `keys` of
     /// the key its own key extends with [`CLASS_MARK`](crate::limit::CLASS_MARK). `None` for any other charge, or when
     /// the pool is not charged in this group (the class then never borrows).
+    /// A tenant's charge of a fair share (`fair_floor > 0`) finds its pool the same way, by
+    /// [`TENANT_MARK`](crate::limit::TENANT_MARK) (the tenant, a request's value, may hold
+    /// either mark: the pool is the key of an ordinary charge its key extends).
     pub fn pool_of(&self, specs: &[PlacedCharge<'_>], spec: &PlacedCharge<'_>) -> Option<usize> {
         if spec.params.borrow_until == 0 {
             return None;
+        }
+        if spec.params.fair_floor > 0 {
+            let mark = crate::limit::TENANT_MARK;
+            return self.keys.iter().position(|&k| {
+                let pool = &specs[k];
+                !pool.params.is_pool_part()
+                    && spec.key.len() >= pool.key.len() + mark.len()
+                    && spec.key.starts_with(&*pool.key)
+                    && spec.key[pool.key.len()..].starts_with(mark)
+            });
         }
         let (pool, _) = spec.key.rsplit_once(crate::limit::CLASS_MARK)?;
         self.keys.iter().position(|&k| specs[k].key == pool)

@@ -20,6 +20,9 @@
 //!   is being limited;
 //! - `shares`: guaranteed shares of a shared pool by class: a guarantee held under another class's
 //!   flood, borrowing only below `borrow_until`, racing callers never overspending;
+//! - `fair`: a fair share among a shared pool's active tenants: held to the pool ÷ the active
+//!   tenants past `above`, refused requests counting as active, quiet tenants keeping 90% of
+//!   their share beside a noisy one (on Redis, two instances racing);
 //! - `waiting`: `max_wait` holds a request until it fits instead of refusing it, in order, within
 //!   its deadline and `--max-held`, and a caller gone while held gives its place back.
 
@@ -32,6 +35,7 @@ mod concurrency;
 mod conformance;
 mod counters;
 mod differential;
+mod fair;
 mod hierarchy;
 mod holes;
 mod lease;

@@ -163,6 +163,8 @@ fn params(
             calendar: None,
             max_wait_us: 0,
             borrow_until: 0,
+            fair_floor: 0,
+            fair_cap: 0,
         },
     )
 }
@@ -751,6 +753,8 @@ fn store_scenario() -> impl Strategy<Value = (Vec<LimitParams>, u64, Vec<(u64, V
                 calendar: None,
                 max_wait_us: 0,
                 borrow_until: 0,
+                fair_floor: 0,
+                fair_cap: 0,
             },
         );
     prop::collection::vec(limit, 1..=3).prop_flat_map(|ps| {

@@ -136,6 +136,8 @@ fn limits(rng: &mut Rng) -> Vec<LimitParams> {
                     0
                 },
                 borrow_until: 0,
+                fair_floor: 0,
+                fair_cap: 0,
             }
         })
         .collect()
@@ -204,12 +206,54 @@ fn charges_of(rng: &mut Rng, keys: &[Vec<LimitParams>]) -> (Vec<Charge>, usize) 
 }
 
 /// Case key `k`'s name: `k0`, and the others named as classes of k0 (`k0|c=k1`), so that a
-/// fixed window with `borrow_until` finds k0 as its pool whenever the call charges it.
-fn key_name(prefix: &str, k: usize) -> String {
+/// fixed window with `borrow_until` finds k0 as its pool whenever the call charges it. In a
+/// fair share's case (`fair`), k1 is k0's count of active tenants (`k0|t`) and the others its
+/// tenants (`k0|t=k2`).
+fn key_name(prefix: &str, k: usize, fair: bool) -> String {
     match k {
         0 => format!("{prefix}k0"),
+        1 if fair => format!("{prefix}k0|t"),
+        _ if fair => format!("{prefix}k0|t=k{k}"),
         _ => format!("{prefix}k0|c=k{k}"),
     }
+}
+
+/// Whether the case is a fair share's: k1 counts k0's active tenants.
+fn is_fair(keys: &[Vec<LimitParams>]) -> bool {
+    keys.get(1).is_some_and(|k| k[0].fair_cap > 0)
+}
+
+/// A fair share's charges as the plan makes them: a tenant's charge is followed by one on the
+/// count of active tenants (cost 0, shadow), which is charged nowhere else.
+fn fair_charges(keys: &[Vec<LimitParams>], charges: Vec<Charge>) -> Vec<Charge> {
+    if !is_fair(keys) {
+        return charges;
+    }
+    let mut out = Vec::with_capacity(charges.len() * 2);
+    for c in charges {
+        match c.key {
+            1 => {}
+            0 => out.push(c),
+            _ => {
+                out.push(c);
+                out.push(Charge {
+                    key: 1,
+                    limit: 0,
+                    cost: 0,
+                    role: Role::Shadow,
+                });
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(Charge {
+            key: 0,
+            limit: 0,
+            cost: 1,
+            role: Role::Enforced,
+        });
+    }
+    out
 }
 
 /// A call's group as the Redis store builds it: a spec per charge, the distinct keys in order
@@ -222,7 +266,7 @@ fn group(
     let specs: Vec<PlacedCharge<'static>> = charges
         .iter()
         .map(|c| PlacedCharge {
-            key: key_name(prefix, c.key).into(),
+            key: key_name(prefix, c.key, is_fair(keys)).into(),
             params: keys[c.key][c.limit],
             cost: c.cost,
             role: c.role,
@@ -498,7 +542,31 @@ impl Runner {
             (0..1 + rng.below(3)).map(|_| limits(&mut rng)).collect();
         // Classes of a pool (`shares:`): a fixed window k0 is the pool of the other fixed
         // windows, which then borrow past their limit while k0 stays within borrow_until.
-        if keys[0][0].algorithm == Algorithm::FixedWindow {
+        let pool0 = keys[0][0];
+        if pool0.algorithm == Algorithm::FixedWindow && rng.chance(35) {
+            // A fair share (`fair_share:`): k1 counts k0's active tenants (up to a cap),
+            // k2 and on are tenants, free while k0 stays within `above`, then held to
+            // max(floor, k0's limit ÷ the active tenants).
+            let above = rng.pick(&[1, pool0.limit / 2 + 1, pool0.limit, pool0.limit + 3]);
+            let floor = rng.pick(&[1, 2, pool0.limit / 3 + 1]);
+            let cap = rng.pick(&[1, 2, 3, 100]);
+            let part = |limit: u64, borrow_until: u64, fair_floor: u64, fair_cap: u64| {
+                vec![LimitParams {
+                    limit,
+                    burst: limit,
+                    overdraft: false,
+                    borrow_until,
+                    fair_floor,
+                    fair_cap,
+                    ..pool0
+                }]
+            };
+            keys.truncate(1);
+            keys.push(part(cap, 0, 0, cap));
+            for _ in 0..1 + rng.below(3) {
+                keys.push(part(pool0.limit, above, floor, 0));
+            }
+        } else if pool0.algorithm == Algorithm::FixedWindow {
             let pool = keys[0][0].limit;
             for key in keys.iter_mut().skip(1) {
                 if key[0].algorithm == Algorithm::FixedWindow && rng.chance(60) {
@@ -537,7 +605,9 @@ impl Runner {
                 let k = rng.below(keys.len() as u64) as usize;
                 let p = &keys[k][0];
                 let _ = writeln!(story, "reset k{k} at T0+{}", now as i64 - T0 as i64);
-                let lua = self.lua_reset(&key_name(&prefix, k), p, now).await;
+                let lua = self
+                    .lua_reset(&key_name(&prefix, k, is_fair(&keys)), p, now)
+                    .await;
                 let mut rust = states[k].clone();
                 refresh(&mut rust, p, now);
                 states[k] = inspect::reset(&states[k], p, now);
@@ -588,12 +658,14 @@ impl Runner {
                     c.role = Role::Enforced;
                 }
                 if rng.chance(20) {
-                    let (mut more, _) = charges_of(&mut rng, &keys);
+                    let (more, _) = charges_of(&mut rng, &keys);
+                    let mut more = fair_charges(&keys, more);
                     charges.append(&mut more);
                 }
                 (charges, 0, Mode::Settle, Vec::new())
             } else {
-                let (mut charges, mut quota) = charges_of(&mut rng, &keys);
+                let (charges, mut quota) = charges_of(&mut rng, &keys);
+                let mut charges = fair_charges(&keys, charges);
                 let mode = match rng.below(24) {
                     0..=7 => Mode::Decide,
                     8..=11 => Mode::Reserve,
@@ -638,7 +710,7 @@ impl Runner {
                 }
             };
             for (k, p) in keys.iter().map(|l| &l[0]).enumerate() {
-                let key = key_name(&prefix, k);
+                let key = key_name(&prefix, k, is_fair(&keys));
                 let in_lua = self.lua_state(&key, p, now).await;
                 let mut in_rust = states[k].clone();
                 refresh(&mut in_rust, p, now);

@@ -718,6 +718,80 @@ descriptors:
         line: Some(3),
     },
     Bad {
+        name: "a fair share on a limit that is not shared",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, fair_share: {by: tenant}}
+",
+        want: "fair_share is only valid on a shared: true limit",
+        line: Some(3),
+    },
+    Bad {
+        name: "a fair share on a sliding window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, algorithm: sliding_window, fair_share: {by: tenant}}
+",
+        want: "fair_share needs algorithm fixed_window (found sliding_window)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a fair share above the whole pool",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit:
+      unit: hour
+      requests_per_unit: 10
+      shared: true
+      fair_share: {by: tenant, above: 1.5}
+",
+        want: "fair_share above 1.5: expected a fraction of the pool above 0 and at most 1",
+        line: Some(3),
+    },
+    Bad {
+        name: "a fair share with shares",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, fair_share: {by: tenant}, shares: {by: p, classes: {a: 0.5}, default: a}}
+",
+        want: "fair_share cannot be combined with shares",
+        line: Some(3),
+    },
+    Bad {
+        name: "a fair share with a lease",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, lease: 2, fair_share: {by: tenant, max_tenants: 0}}
+",
+        want: "fair_share cannot be combined with lease",
+        line: Some(3),
+    },
+    Bad {
+        name: "a fair share counting no tenant",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, fair_share: {by: tenant, max_tenants: 0}}
+",
+        want: "fair_share max_tenants 0: expected 1 to 1000000",
+        line: Some(3),
+    },
+    Bad {
+        name: "a fair share with a floor of 0",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, fair_share: {by: tenant, floor: 0}}
+",
+        want: "fair_share floor 0: a tenant's share is at least 1 unit",
+        line: Some(3),
+    },
+    Bad {
         name: "a max_wait with a lease",
         yaml: "domain: d
 descriptors:

@@ -60,7 +60,7 @@ fn cacheable(s: &PlacedCharge<'_>) -> bool {
     s.role == Role::Enforced
         && !s.params.overdraft
         && s.params.max_wait_us == 0
-        && s.params.borrow_until == 0
+        && !s.params.is_pool_part()
         && s.params.algorithm != crate::limit::Algorithm::Concurrency
 }
 
@@ -200,6 +200,8 @@ mod tests {
             calendar: None,
             max_wait_us: 0,
             borrow_until: 0,
+            fair_floor: 0,
+            fair_cap: 0,
         }
     }
 

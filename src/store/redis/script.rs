@@ -40,8 +40,9 @@ pub mod layout {
     pub const CALL_NUMBERS: usize = 8;
     /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role,
     /// max_wait (µs; a token bucket's, else 0), pool (a class's pool's key index, 1-based;
-    /// else 0), borrow_until (a class's, else 0).
-    pub const CHARGE_NUMBERS: usize = 11;
+    /// else 0; a fair share's tenant's pool, too), borrow_until (a class's or a tenant's, else
+    /// 0), fair (a fair share's tenant's floor, else 0).
+    pub const CHARGE_NUMBERS: usize = 12;
     /// Per charge of a refund: allowed, kept, amount, mark1, mark2.
     pub const REFUND_NUMBERS: usize = 5;
     /// Per charge of a reply: allowed, remaining, wait, added, mark1, mark2.
@@ -332,6 +333,7 @@ pub fn args(
                 packed.push(0);
             }
         }
+        packed.push(p.fair_floor);
     }
     for u in refunds {
         packed.push(u.allowed as u64);
