@@ -29,7 +29,8 @@
 --   batch::borrows; 0, 0 for the others; a fair share's tenant sends its pool and its pool's
 --   `above` in units the same way), fair (a fair share's tenant's floor; 0 for the others: the
 --   tenant's limit is the pool's, its share the pool ÷ the active tenants the next charge's
---   counter counts, no less than the floor; see batch::touch_tenants and batch::share). A calendar window (a fixed window whose window is a calendar period in a
+--   counter counts, no less than the floor; see batch::touch_tenants and batch::share; -1
+--   marks that next charge, the count of active tenants). A calendar window (a fixed window whose window is a calendar period in a
 --   time zone, src/limit/calendar.rs) sends -a as its window and b as its burst: a and b are two
 --   consecutive period ends around the caller's clock, and the window holding now ends at the
 --   first of them after now. A concurrency limit's window is its hold (how long a slot stays
@@ -811,8 +812,9 @@ build = function()
       -- an empty window under another end, which no earlier mark finds: lua/admin.lua).
       if c.stop ~= 0 and c.stop ~= mark1 then return end
       c.used = c.used - math.min(amount, c.used)
-      -- A tenant of a fair share stays active to its window's end, refunded or not.
-      if c.used == 0 and p.fair == 0 then
+      -- A tenant of a fair share stays active to its window's end, refunded or not (a
+      -- window that has ended goes: no key is left without an expiry).
+      if c.used == 0 and (p.fair <= 0 or c.stop == 0) then
         c.stop = 0
         redis.call('DEL', c.key)
       else
@@ -1008,7 +1010,9 @@ build = function()
             if c.alg == TOKEN_BUCKET then c.after = c.s end
           end
           local excess = ch.cost - e.cost
-          if excess > 0 then
+          -- A fair share's tenant whose window has ended is not active in the new one: its
+          -- excess lands on the pool only (reservation::settle).
+          if excess > 0 and not (ch.fair > 0 and c.stop == 0) then
             ch.landed, ch.mark1, ch.mark2 = land(c, ch, excess)
             -- At the usage cap nothing lands, and nothing is written.
             if ch.landed > 0 then write(c) else ch.mark1, ch.mark2 = 0, 0 end
@@ -1028,15 +1032,13 @@ build = function()
       for i = 1, n - 1 do
         local ch, a = charges[i], charges[i + 1]
         local c = ch.c
-        if ch.fair > 0 and ch.alg == FIXED_WINDOW and a.alg == FIXED_WINDOW and c.stop == 0
-            and c.added == 0 then
+        if ch.fair > 0 and ch.cost > 0 and a.fair < 0 and ch.alg == FIXED_WINDOW
+            and a.alg == FIXED_WINDOW and c.stop == 0 and c.added == 0 and a.c.used < a.limit then
           -- A window started by a touch has its end now, and its key is new (write()).
           c.touched, c.stop, c.born = true, c.fresh, true
-          if a.c.used < a.limit then
-            a.c.used = a.c.used + 1
-            a.c.touched = true
-            if a.c.stop == 0 then a.c.stop, a.c.born = a.c.fresh, true end
-          end
+          a.c.used = a.c.used + 1
+          a.c.touched = true
+          if a.c.stop == 0 then a.c.stop, a.c.born = a.c.fresh, true end
         end
       end
       for i = 1, n do
@@ -1044,7 +1046,9 @@ build = function()
         if ch.fair > 0 then
           -- Its share (batch::share): the pool ÷ the active tenants, at least the floor.
           local active = 1
-          if i < n then active = math.max(charges[i + 1].c.used, 1) end
+          if i < n and charges[i + 1].fair < 0 then
+            active = math.max(charges[i + 1].c.used, 1)
+          end
           local share = math.max(math.floor(ch.limit / active), ch.fair)
           ch.allowed = ch.c.used + ch.c.added + check_cost(ch) <= share
         else

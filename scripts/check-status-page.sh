@@ -5,7 +5,8 @@
 # headless (--no-sandbox: CI runs as root), its DOM is dumped and a screenshot taken, and the
 # counter lookup form is submitted as a browser submits it. Checks: the page is ready and shows
 # the seeded data; hostile values are text, never markup (no <script> element in the DOM); the
-# lookup finds the counter; the screenshot is not blank. Also: with --admin-token-file the page
+# lookup finds the counter; the shared pools show each class's use and the active tenants; the
+# screenshot is not blank. Also: with --admin-token-file the page
 # needs the token (401 and a Basic challenge, 200 with it); with --admin-ui=false it is gone.
 # And a page on another origin that posts a reset form to the write listener (a cross-site
 # request forgery) is refused there (403), the counter untouched.
@@ -59,6 +60,16 @@ descriptors:
     rate_limit: {name: gpus, algorithm: concurrency, requests_per_unit: 4, lease_ttl: 60s}
   - key: account
     rate_limit: {name: per-account, unit: hour, requests_per_unit: 5}
+  - key: provider
+    value: openai
+    hierarchical: true
+    rate_limit: {name: openai, unit: hour, requests_per_unit: 100, shared: true, shares: {by: priority, classes: {interactive: 0.5, batch: 0.3}, default: batch}}
+    descriptors: [{key: tenant, descriptors: [{key: priority}]}]
+  - key: region
+    value: eu
+    hierarchical: true
+    rate_limit: {name: eu, unit: hour, requests_per_unit: 100, shared: true, fair_share: {by: tenant}}
+    descriptors: [{key: tenant}]
 YAML
 printf 's3cret-token\n' >"$WORK/token"
 
@@ -92,6 +103,15 @@ seed() { # seed VALUE N
 seed acme 9
 seed "$HOSTILE" 5
 seed "$QUOTED" 4
+# The shared pools: 3 interactive and 2 batch requests on openai's; 3 tenants on eu's.
+pool() { # pool DESCRIPTOR N
+  for _ in $(seq "$2"); do
+    "$BIN" query --addr "$open_GRPC" --domain shop --descriptor "$1" >/dev/null
+  done
+}
+pool "provider=openai,tenant=a,priority=interactive" 3
+pool "provider=openai,tenant=b,priority=batch" 2
+for t in x y z; do pool "region=eu,tenant=$t" 1; done
 
 browse() { # browse URL OUT.html [screenshot.png]
   local args=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1700
@@ -123,6 +143,14 @@ check('id="readiness">READY<' in page, "the page says READY")
 check("Kind: <b>memory</b>" in page, "the store kind is shown")
 check(re.search(r"p50 <b>[0-9.]+ ms</b>, p99 <b>[0-9.]+ ms</b>", page) is not None, "store latency p50/p99 is shown")
 check("per-tenant" in page and "gpus" in page, "the domain's limits are listed")
+pools = page[page.find('id="pools"'):page.find('id="limits"')]
+def pool_row(name):
+    row = re.search(r"<tr><td><code>[^<]*</code></td><td>" + re.escape(name) + r"</td>(.*?)</tr>", pools)
+    return re.findall(r"<td>(.*?)</td>", row.group(1))[:2] if row else None
+check(pool_row("openai") == ["100", "5"], f"the shared pool's use is shown: {pool_row('openai')}")
+check(pool_row("openai/interactive") == ["50", "3"] and pool_row("openai/batch") == ["30", "2"],
+      "each class's use is shown beside its guarantee")
+check(pool_row("eu/active_tenants") == ["10000", "3"], f"the active tenants are shown: {pool_row('eu/active_tenants')}")
 top = page[page.find('id="top"'):page.find('id="limits"')]
 check("tenant=acme" in top, "the top limited descriptors show the seeded tenant")
 check("<code>tenant=&lt;script&gt;document.title=" in top, "a <script> value is shown as text")

@@ -416,14 +416,17 @@ pub async fn reset<S: Store>(
         .collect();
     match &sel.limit {
         // A pool's reset takes its classes' counters with it.
+        // The count of a pool's active tenants is never reset: the tenants it counted keep
+        // their windows, so a count started over would leave them out.
         Some(name) => plan.charges.retain(|c| {
             let l = &c.limit;
-            &l.metric_label == name
-                || &l.name == name
-                || (l.params.is_pool_part()
-                    && [&l.metric_label, &l.name]
-                        .iter()
-                        .any(|n| n.rsplit_once('/').is_some_and(|(pool, _)| pool == name)))
+            l.params.fair_cap == 0
+                && (&l.metric_label == name
+                    || &l.name == name
+                    || (l.params.is_pool_part()
+                        && [&l.metric_label, &l.name]
+                            .iter()
+                            .any(|n| n.rsplit_once('/').is_some_and(|(pool, _)| pool == name))))
         }),
         None => plan.charges.retain(|c| !c.limit.shared),
     }

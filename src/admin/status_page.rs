@@ -1,7 +1,8 @@
 //! The status page (`GET /` on the admin port, off with `--admin-ui=false`): readiness and why,
 //! the store and its latency over the last minute, where the config comes from and the last
 //! reload error, who is being limited right now with OVER_LIMIT per minute, a counter lookup
-//! form, and every domain's limits.
+//! form, every shared pool divided by class or tenant with each class's use and the active
+//! tenants, and every domain's limits.
 //!
 //! One HTML document rendered here: the style is inline, nothing is fetched (no script, font
 //! or image), so it reads the same without JavaScript, offline and behind any proxy. Every
@@ -13,7 +14,7 @@ use std::fmt::Write as _;
 use crate::admin::counters::{self, CounterView, Selector};
 use crate::admin::html::esc;
 use crate::admin::state::{AdminState, Readiness};
-use crate::config::Config;
+use crate::config::{Config, Level, Pattern};
 use crate::store::Store;
 
 const STYLE: &str = "\
@@ -51,6 +52,7 @@ pub async fn render<S: Store>(st: &AdminState<S>, input: PageInput<'_>) -> Strin
     config_section(st, &config, &mut page);
     lookup_section(st, &config, input.lookup, &mut page).await;
     crate::admin::top_page::section(st, &config, &mut page);
+    pools_section(st, &config, &mut page).await;
     limits_section(&config, &mut page);
     page.push_str("</main></body></html>\n");
     page
@@ -232,6 +234,97 @@ fn counter_table(sel: &Selector, views: &[CounterView], page: &mut String) {
         );
     }
     page.push_str("</table>");
+}
+
+/// The most pools the page reads (each is one read of the store).
+const MAX_POOLS: usize = 20;
+
+/// Every shared pool with `shares:` or `fair_share:`: the pool's use, each class's beside its
+/// guarantee, and the tenants active in the window, read as `/counters` reads them.
+async fn pools_section<S: Store>(st: &AdminState<S>, config: &Config, page: &mut String) {
+    let mut pools = Vec::new();
+    for d in domains(config) {
+        divided_pools(&config.domains[d].root, &mut Vec::new(), &mut |entries| {
+            pools.push(Selector {
+                domain: d.to_string(),
+                entries,
+                limit: None,
+            })
+        });
+    }
+    if pools.is_empty() {
+        return;
+    }
+    page.push_str(
+        "<section id=\"pools\"><h2>Shared pools</h2><table><tr><th>pool</th><th>counter</th>\
+         <th>limit</th><th>used</th><th>left</th><th>resets in</th></tr>",
+    );
+    let more = pools.len().saturating_sub(MAX_POOLS);
+    for sel in pools.iter().take(MAX_POOLS) {
+        let store = &**st.limiter.store();
+        let views = match counters::inspect(config, store, st.limiter.bounds(), sel).await {
+            Ok(views) => views,
+            Err(e) => {
+                let _ = write!(
+                    page,
+                    "<tr><td><code>{}</code></td><td colspan=\"5\" class=\"warn\">{}</td></tr>",
+                    esc(&sel.printable_descriptor()),
+                    esc(&e.to_string())
+                );
+                continue;
+            }
+        };
+        // A pool, its classes and its active tenants; not the empty tenant the selector names.
+        for v in views
+            .iter()
+            .filter(|v| v.shared && !v.name.ends_with("/tenant"))
+        {
+            let _ = write!(
+                page,
+                "<tr><td><code>{}.{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{} s</td></tr>",
+                esc(&sel.domain),
+                esc(&sel.printable_descriptor()),
+                esc(&v.name),
+                esc(&v.amount(v.limit)),
+                esc(&v.amount(v.used)),
+                esc(&v.amount(v.remaining)),
+                v.reset_after_s
+            );
+        }
+    }
+    page.push_str("</table>");
+    if more > 0 {
+        let _ = write!(page, "<p class=\"muted\">{more} more not shown.</p>");
+    }
+    page.push_str("</section>");
+}
+
+/// Calls `found` with a descriptor reaching each rule of `level` (and below) that holds a
+/// divided shared pool: each pattern's value (an exact one, a wildcard's literal parts, or
+/// `-` for any value; a shared counter is the same for every value the rule matches).
+fn divided_pools(
+    level: &Level,
+    path: &mut Vec<(String, String)>,
+    found: &mut dyn FnMut(Vec<(String, String)>),
+) {
+    for rule in level.rules() {
+        let value = match &rule.pattern {
+            Pattern::Exact(v) => v.clone(),
+            Pattern::Wildcard(parts) => parts.concat(),
+            Pattern::Any => "-".to_string(),
+        };
+        path.push((rule.key.clone(), value));
+        let divided = rule
+            .limits
+            .iter()
+            .any(|l| l.shared && (l.shares.is_some() || l.fair_share.is_some()));
+        if divided {
+            found(path.clone());
+        }
+        divided_pools(&rule.children, path, found);
+        path.pop();
+    }
 }
 
 fn limits_section(config: &Config, page: &mut String) {

@@ -157,20 +157,35 @@ pub fn evaluate(
     }
 }
 
-/// A fair share's tenant (`fair_floor > 0`) not yet active in its window becomes active,
-/// whatever the verdict: its counter starts empty, and the pool's count of active tenants (the
-/// counter of the charge right after it, limited to the most tenants it counts) adds one while
-/// under that limit. The script does the same.
+/// A fair share's tenant (`fair_floor > 0`) charged something and not yet active in its window
+/// becomes active, whatever the verdict: its counter starts empty, and the pool's count of
+/// active tenants (the counter of the charge right after it, `fair_cap > 0`, limited to the
+/// most tenants it counts) adds one. A check (cost 0) makes no tenant active, nor does a
+/// request once the count is full. The script does the same.
 fn touch_tenants(counters: &mut [Counter], charges: &[BatchCharge], now: u64) {
     for (i, c) in charges.iter().enumerate() {
         let Some(a) = charges.get(i + 1) else {
             continue;
         };
         if c.params.fair_floor == 0
+            || c.cost == 0
+            || a.params.fair_cap == 0
             || c.params.algorithm != Algorithm::FixedWindow
             || a.params.algorithm != Algorithm::FixedWindow
             || counters[c.counter].after.is_some()
         {
+            continue;
+        }
+        let w = match &counters[a.counter].after {
+            Some(State::Window(w)) => *w,
+            _ => Window {
+                count: 0,
+                end_us: fixed_window::fresh_end(&a.params, now),
+            },
+        };
+        // Past the most tenants it counts, a new one is not counted, and nothing is written
+        // for it unless its charge lands: refused newcomers leave no key behind.
+        if w.count >= a.params.limit {
             continue;
         }
         let tenant = &mut counters[c.counter];
@@ -181,21 +196,12 @@ fn touch_tenants(counters: &mut [Counter], charges: &[BatchCharge], now: u64) {
         tenant.after = tenant.loaded.clone();
         tenant.touched = true;
         let active = &mut counters[a.counter];
-        let w = match &active.after {
-            Some(State::Window(w)) => *w,
-            _ => Window {
-                count: 0,
-                end_us: fixed_window::fresh_end(&a.params, now),
-            },
-        };
-        if w.count < a.params.limit {
-            active.loaded = Some(State::Window(Window {
-                count: w.count + 1,
-                ..w
-            }));
-            active.after = active.loaded.clone();
-            active.touched = true;
-        }
+        active.loaded = Some(State::Window(Window {
+            count: w.count + 1,
+            ..w
+        }));
+        active.after = active.loaded.clone();
+        active.touched = true;
     }
 }
 
@@ -203,12 +209,14 @@ fn touch_tenants(counters: &mut [Counter], charges: &[BatchCharge], now: u64) {
 /// count the next charge's counter holds), rounded down, and no less than the floor.
 pub fn share(counters: &[Counter], charges: &[BatchCharge], i: usize) -> u64 {
     let c = &charges[i];
-    let active = charges
-        .get(i + 1)
-        .map_or(1, |a| match &counters[a.counter].after {
-            Some(State::Window(w)) => w.count.max(1),
-            _ => 1,
-        });
+    let active =
+        charges
+            .get(i + 1)
+            .filter(|a| a.params.fair_cap > 0)
+            .map_or(1, |a| match &counters[a.counter].after {
+                Some(State::Window(w)) => w.count.max(1),
+                _ => 1,
+            });
     (c.params.limit / active).max(c.params.fair_floor)
 }
 

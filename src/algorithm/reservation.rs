@@ -49,7 +49,9 @@ pub fn settle(
         refund(state, p, given, now);
     }
     let excess = actual.saturating_sub(reserved.cost);
-    if excess == 0 {
+    // A fair share's tenant whose window has ended is not active in the new one: its excess
+    // lands on the pool only (the script does the same).
+    if excess == 0 || (p.fair_floor > 0 && state.is_none()) {
         return Landing::default();
     }
     charge_as(state, p, excess, now, id)

@@ -579,6 +579,7 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
                 limit.params.burst = part(limit.params.burst);
             }
             limit.params.borrow_until = part(limit.params.borrow_until);
+            limit.params.fair_floor = part(limit.params.fair_floor);
             // Nothing holds a fallback's answer: it never waits.
             limit.params.max_wait_us = 0;
             limit.requests_per_unit = part(u64::from(limit.requests_per_unit)) as u32;

@@ -41,7 +41,8 @@ pub mod layout {
     /// Per charge: key index, algorithm, limit, window, burst, overdraft, cost, role,
     /// max_wait (µs; a token bucket's, else 0), pool (a class's pool's key index, 1-based;
     /// else 0; a fair share's tenant's pool, too), borrow_until (a class's or a tenant's, else
-    /// 0), fair (a fair share's tenant's floor, else 0).
+    /// 0), fair (a fair share's tenant's floor; -1 for its pool's count of active tenants, the
+    /// charge right after it; else 0).
     pub const CHARGE_NUMBERS: usize = 12;
     /// Per charge of a refund: allowed, kept, amount, mark1, mark2.
     pub const REFUND_NUMBERS: usize = 5;
@@ -333,7 +334,12 @@ pub fn args(
                 packed.push(0);
             }
         }
-        packed.push(p.fair_floor);
+        // -1 marks the count of a fair share's active tenants.
+        if p.fair_cap > 0 {
+            packed.push_signed(-1);
+        } else {
+            packed.push(p.fair_floor);
+        }
     }
     for u in refunds {
         packed.push(u.allowed as u64);
