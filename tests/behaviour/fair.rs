@@ -16,7 +16,9 @@ use tollgate::service::validate::Bounds;
 use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
-use crate::support::kit::{for_every_store, for_stores, limiter, store, two_instances, StoreKind};
+use crate::support::kit::{
+    for_every_store, for_stores, limiter, racing_limiters, store, StoreKind,
+};
 use crate::support::server::{req, OK, OVER_LIMIT, T0_US};
 
 /// A pool of 100 an hour per model (`m1`, `m2`: one pool each), every tenant together, free
@@ -171,12 +173,7 @@ async fn contended(limiters: Vec<Arc<RateLimiter<AnyStore>>>) {
 fn quiet_tenants_get_their_share_beside_a_noisy_one_on_memory() {
     for_stores(&[StoreKind::Memory], |kind| async move {
         let clock = ManualClock::new(T0_US);
-        let l = Arc::new(limiter(
-            CONFIG,
-            Settings::default(),
-            store(kind, &clock).await,
-        ));
-        contended(vec![l]).await;
+        contended(racing_limiters(kind, &clock, CONFIG, Settings::default()).await).await;
     });
 }
 
@@ -184,10 +181,6 @@ fn quiet_tenants_get_their_share_beside_a_noisy_one_on_memory() {
 fn two_instances_keep_quiet_tenants_share_beside_a_noisy_one() {
     for_stores(&[StoreKind::Redis, StoreKind::Cluster], |kind| async move {
         let clock = ManualClock::new(T0_US);
-        let limiters = two_instances(kind, &clock)
-            .await
-            .map(|store| Arc::new(limiter(CONFIG, Settings::default(), store)))
-            .to_vec();
-        contended(limiters).await;
+        contended(racing_limiters(kind, &clock, CONFIG, Settings::default()).await).await;
     });
 }

@@ -16,7 +16,9 @@ use tollgate::service::validate::Bounds;
 use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
-use crate::support::kit::{for_every_store, for_stores, limiter, store, two_instances, StoreKind};
+use crate::support::kit::{
+    for_every_store, for_stores, limiter, racing_limiters, store, StoreKind,
+};
 use crate::support::server::{req, OK, OVER_LIMIT, T0_US};
 
 /// A pool of 100 an hour per model (`m1`, `m2`, `m3`: one pool each), every tenant together:
@@ -179,12 +181,7 @@ async fn race(limiters: Vec<Arc<RateLimiter<AnyStore>>>) {
 fn racing_classes_never_overspend_the_pool_on_memory() {
     for_stores(&[StoreKind::Memory], |kind| async move {
         let clock = ManualClock::new(T0_US);
-        let l = Arc::new(limiter(
-            CONFIG,
-            Settings::default(),
-            store(kind, &clock).await,
-        ));
-        race(vec![l]).await;
+        race(racing_limiters(kind, &clock, CONFIG, Settings::default()).await).await;
     });
 }
 
@@ -192,10 +189,6 @@ fn racing_classes_never_overspend_the_pool_on_memory() {
 fn two_instances_racing_classes_never_overspend_the_pool() {
     for_stores(&[StoreKind::Redis, StoreKind::Cluster], |kind| async move {
         let clock = ManualClock::new(T0_US);
-        let limiters = two_instances(kind, &clock)
-            .await
-            .map(|store| Arc::new(limiter(CONFIG, Settings::default(), store)))
-            .to_vec();
-        race(limiters).await;
+        race(racing_limiters(kind, &clock, CONFIG, Settings::default()).await).await;
     });
 }

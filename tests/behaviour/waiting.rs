@@ -16,7 +16,9 @@ use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
 use tollgate::store::any::AnyStore;
 
-use crate::support::kit::{for_every_store, for_stores, limiter, store, two_instances, StoreKind};
+use crate::support::kit::{
+    for_every_store, for_stores, limiter, racing_limiters, store, StoreKind,
+};
 use crate::support::server::{req, OK, OVER_LIMIT, T0_US};
 
 /// 10 a second, burst 10: a unit refills every 100 ms. `burst` may wait 2 s, `short` 150 ms;
@@ -102,12 +104,8 @@ async fn burst(limiters: Vec<Arc<RateLimiter<AnyStore>>>, value: String) {
 fn a_burst_is_admitted_in_order_and_held_until_it_fits() {
     for_stores(&[StoreKind::Memory], |kind| async move {
         let clock = ManualClock::new(T0_US);
-        let l = Arc::new(limiter(
-            CONFIG,
-            Settings::default(),
-            store(kind, &clock).await,
-        ));
-        burst(vec![l], "one".into()).await;
+        let limiters = racing_limiters(kind, &clock, CONFIG, Settings::default()).await;
+        burst(limiters, "one".into()).await;
     });
 }
 
@@ -115,10 +113,7 @@ fn a_burst_is_admitted_in_order_and_held_until_it_fits() {
 fn two_instances_racing_hold_their_callers_in_one_order() {
     for_stores(&[StoreKind::Redis, StoreKind::Cluster], |kind| async move {
         let clock = ManualClock::new(T0_US);
-        let limiters = two_instances(kind, &clock)
-            .await
-            .map(|store| Arc::new(limiter(CONFIG, Settings::default(), store)))
-            .to_vec();
+        let limiters = racing_limiters(kind, &clock, CONFIG, Settings::default()).await;
         burst(limiters, "two".into()).await;
     });
 }

@@ -156,6 +156,23 @@ pub async fn two_instances(kind: StoreKind, clock: &ManualClock) -> [Arc<AnyStor
     [stores[0].clone(), stores[1].clone()]
 }
 
+/// The limiters that race on `kind`, each over `yaml` with `settings`: one on the memory store
+/// (one process), two instances sharing one key prefix on Redis or the cluster.
+pub async fn racing_limiters(
+    kind: StoreKind,
+    clock: &ManualClock,
+    yaml: &str,
+    settings: Settings,
+) -> Vec<Arc<RateLimiter<AnyStore>>> {
+    match kind {
+        StoreKind::Memory => vec![Arc::new(limiter(yaml, settings, store(kind, clock).await))],
+        _ => two_instances(kind, clock)
+            .await
+            .map(|s| Arc::new(limiter(yaml, settings.clone(), s)))
+            .to_vec(),
+    }
+}
+
 /// Runs upkeep until `store` is ready (bounded).
 pub async fn wait_ready<S: Store>(store: &S) {
     for _ in 0..200 {
