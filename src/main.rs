@@ -214,6 +214,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_connection_age: args.grpc_max_connection_age,
             max_connection_age_grace: args.grpc_max_connection_age_grace,
             max_connections: args.grpc_max_connections as usize,
+            max_concurrent_streams: args.grpc_max_concurrent_streams,
+            max_connection_idle: args.grpc_max_connection_idle.0,
             tls: args
                 .grpc_tls_cert
                 .clone()

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -41,6 +41,10 @@ pub const ROUTES: [&str; 8] = [
     "/counters",
     "/top",
 ];
+
+/// The largest request body an admin endpoint reads (`POST /json`, a reset's form); a larger
+/// one is answered 413 Payload Too Large without being read whole.
+pub const MAX_BODY: usize = 1 << 20;
 
 /// The admin routes; `POST /json` (it charges real counters with caller-chosen hits) only
 /// with `json`.
@@ -75,6 +79,7 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool, ui: bool) -> Rout
         router.route("/json", post(json_disabled))
     };
     router
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::map_response(guarded_headers))
         .with_state(state)
 }
@@ -111,6 +116,7 @@ pub fn write_router<S: Store>(state: Arc<AdminState<S>>) -> Router {
             state.token.clone(),
             token::guard_writes,
         ))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::map_response(guarded_headers))
         .with_state(state)
 }

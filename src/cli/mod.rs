@@ -143,6 +143,13 @@ pub struct ServeArgs {
     /// without an answer); `off` disables.
     #[arg(long, env = "TOLLGATE_GRPC_KEEPALIVE", default_value = "60s", value_parser = parse_switchable)]
     pub grpc_keepalive: Switchable,
+    /// Calls open at once on one gRPC connection; a stream past it is refused.
+    #[arg(long, env = "TOLLGATE_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub grpc_max_concurrent_streams: u32,
+    /// Close a gRPC connection gracefully once no call has been open on it for this long;
+    /// `off` never does.
+    #[arg(long, env = "TOLLGATE_GRPC_MAX_CONNECTION_IDLE", default_value = "1h", value_parser = parse_switchable)]
+    pub grpc_max_connection_idle: Switchable,
     /// The kill switch: answer every request OK without reading or writing the store
     /// (counted as code DISABLED). Per domain: `disabled: true` in its config file.
     #[arg(long, env = "TOLLGATE_DISABLED")]

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
@@ -36,11 +36,22 @@ const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 /// 24-byte connection preface: a client that sends part of it, or trickles it, is cut off.
 pub const PREFACE: Duration = Duration::from_secs(10);
 
+/// After an idle connection's GOAWAY, how long the peer has to close it before it is closed.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(5);
+
 /// HTTP/2's connection preface, `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`: 24 bytes.
 const PREFACE_LEN: usize = 24;
 
 /// `--grpc-max-connections`'s default.
 pub const MAX_CONNECTIONS: usize = 10_000;
+
+/// `--grpc-max-concurrent-streams`'s default (hyper's, said out loud): calls open at once on
+/// one connection; a stream past it is refused (`RST_STREAM` `REFUSED_STREAM`).
+pub const MAX_CONCURRENT_STREAMS: u32 = 200;
+
+/// `--grpc-max-connection-idle`'s default: a connection with no call open, and none started,
+/// for this long is closed gracefully (`GOAWAY`).
+pub const MAX_CONNECTION_IDLE: Duration = Duration::from_secs(3600);
 
 /// How the gRPC listener treats connections.
 #[derive(Debug, Clone)]
@@ -55,6 +66,10 @@ pub struct Transport {
     pub tls: Option<GrpcTls>,
     /// Open connections at most (`--grpc-max-connections`).
     pub max_connections: usize,
+    /// Calls open at once on one connection (`--grpc-max-concurrent-streams`).
+    pub max_concurrent_streams: u32,
+    /// Close a connection without an open call for this long (`--grpc-max-connection-idle`).
+    pub max_connection_idle: Option<Duration>,
 }
 
 impl Default for Transport {
@@ -65,6 +80,8 @@ impl Default for Transport {
             max_connection_age_grace: None,
             tls: None,
             max_connections: MAX_CONNECTIONS,
+            max_concurrent_streams: MAX_CONCURRENT_STREAMS,
+            max_connection_idle: Some(MAX_CONNECTION_IDLE),
         }
     }
 }
@@ -119,12 +136,15 @@ pub struct Connections {
     tls: Option<TlsAcceptor>,
     max_age: Option<Duration>,
     max_age_grace: Option<Duration>,
+    max_idle: Option<Duration>,
 }
 
 impl Connections {
     pub fn new(t: &Transport) -> anyhow::Result<Connections> {
         let mut http2 = http2::Builder::new(TokioExecutor::new());
-        http2.timer(TokioTimer::new());
+        http2
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(t.max_concurrent_streams);
         if let Some((every, wait)) = t.keepalive {
             http2.keep_alive_interval(every).keep_alive_timeout(wait);
         }
@@ -133,6 +153,7 @@ impl Connections {
             tls: t.tls.as_ref().map(GrpcTls::acceptor).transpose()?,
             max_age: t.max_connection_age,
             max_age_grace: t.max_connection_age_grace,
+            max_idle: t.max_connection_idle,
         })
     }
 }
@@ -197,14 +218,25 @@ async fn http2_connection<S, IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (io, read) = Counted::new(io);
+    let activity = Arc::new(Activity::new());
+    let calls = Tracked {
+        calls,
+        activity: activity.clone(),
+    };
     let conn = connections.http2.serve_connection(TokioIo::new(io), calls);
     tokio::pin!(conn);
-    let preface_by = Instant::now() + PREFACE;
-    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let started = activity.started;
+    let preface_by = started + PREFACE;
+    // `select!` checks a branch's condition only when it is entered: the preface's timer stays
+    // armed until it fires, and then looks whether the preface came.
+    let mut preface_pending = true;
+    let far = started + Duration::from_secs(365 * 24 * 3600);
+    let mut idle_check = connections.max_idle.map_or(far, |idle| started + idle);
     let aged_at = connections.max_age.map_or(far, |age| Instant::now() + age);
     // Set once the connection is told to close: by shutdown, or by age (then with a limit).
     let mut closing_since: Option<Instant> = None;
     let mut forced_at = far;
+    let mut idle_closing = false;
     loop {
         tokio::select! {
             r = conn.as_mut() => {
@@ -224,12 +256,103 @@ async fn http2_connection<S, IO>(
                     forced_at = Instant::now() + grace;
                 }
             }
-            _ = tokio::time::sleep_until(forced_at), if closing_since.is_some() => return,
-            _ = tokio::time::sleep_until(preface_by), if read.load(Ordering::Relaxed) < PREFACE_LEN => {
-                tracing::debug!("gRPC connection closed: no HTTP/2 preface within {PREFACE:?}");
-                return;
+            _ = tokio::time::sleep_until(forced_at), if closing_since.is_some() => {
+                if !idle_closing || activity.idle_since().is_some() {
+                    return;
+                }
+                // A call started as the GOAWAY left: it finishes first.
+                forced_at = Instant::now() + Duration::from_secs(1);
+            }
+            _ = tokio::time::sleep_until(idle_check), if closing_since.is_none() => {
+                let idle = connections.max_idle.unwrap_or(Duration::MAX);
+                match activity.idle_since() {
+                    Some(since) if since + idle <= Instant::now() => {
+                        tracing::debug!("gRPC connection closed: no call for {idle:?}");
+                        conn.as_mut().graceful_shutdown();
+                        closing_since = Some(Instant::now());
+                        // A peer that never answers the GOAWAY's PING would hold it open.
+                        idle_closing = true;
+                        forced_at = Instant::now() + IDLE_CLOSE_GRACE;
+                    }
+                    Some(since) => idle_check = since + idle,
+                    // A call is open: look again one idle period from now.
+                    None => idle_check = Instant::now() + idle,
+                }
+            }
+            _ = tokio::time::sleep_until(preface_by), if preface_pending => {
+                if read.load(Ordering::Relaxed) < PREFACE_LEN {
+                    tracing::debug!("gRPC connection closed: no HTTP/2 preface within {PREFACE:?}");
+                    return;
+                }
+                preface_pending = false;
             }
         }
+    }
+}
+
+/// A connection's calls: how many are open, and when the last one ended.
+struct Activity {
+    started: Instant,
+    open: AtomicUsize,
+    /// When the last call ended, in milliseconds since the connection started (0: none yet).
+    last_ended_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            started: Instant::now(),
+            open: AtomicUsize::new(0),
+            last_ended_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Since when the connection has had no open call; `None` while one is open.
+    fn idle_since(&self) -> Option<Instant> {
+        if self.open.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let ms = self.last_ended_ms.load(Ordering::Acquire);
+        Some(self.started + Duration::from_millis(ms))
+    }
+}
+
+/// Ends a call in [`Activity`] when dropped (answered, or abandoned by the client).
+struct CallOpen {
+    activity: Arc<Activity>,
+}
+
+impl Drop for CallOpen {
+    fn drop(&mut self) {
+        let ms = self.activity.started.elapsed().as_millis() as u64;
+        self.activity.last_ended_ms.fetch_max(ms, Ordering::AcqRel);
+        self.activity.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// [`Calls`] that keep a connection's [`Activity`].
+struct Tracked<S> {
+    calls: Calls<S>,
+    activity: Arc<Activity>,
+}
+
+impl<S: Store> hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Tracked<S> {
+    type Response =
+        <Calls<S> as hyper::service::Service<hyper::Request<hyper::body::Incoming>>>::Response;
+    type Error = hyper::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, hyper::Error>> + Send>>;
+
+    fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        self.activity.open.fetch_add(1, Ordering::AcqRel);
+        let open = CallOpen {
+            activity: self.activity.clone(),
+        };
+        let call = hyper::service::Service::call(&self.calls, req);
+        Box::pin(async move {
+            let answer = call.await;
+            drop(open);
+            answer
+        })
     }
 }
 

@@ -17,11 +17,11 @@ const YAML: &str = "domain: floods\ndescriptors:\n  - key: k\n    rate_limit: {u
 /// The bound the server promises (10 s) plus slack for a loaded 2-core box.
 const CUT_WITHIN: Duration = Duration::from_secs(14);
 
-fn port_of(url: &str) -> u16 {
+pub(crate) fn port_of(url: &str) -> u16 {
     url.rsplit(':').next().unwrap().parse().unwrap()
 }
 
-fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
@@ -31,7 +31,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// Reads until the peer closes (or resets); `false` when it is still open at `until`.
-fn closed_by(mut s: &TcpStream, until: Instant) -> bool {
+pub(crate) fn closed_by(mut s: &TcpStream, until: Instant) -> bool {
     let mut buf = [0u8; 512];
     loop {
         let left = until.saturating_duration_since(Instant::now());
@@ -55,7 +55,7 @@ fn closed_by(mut s: &TcpStream, until: Instant) -> bool {
     }
 }
 
-async fn healthz(bin: &Binary) -> bool {
+pub(crate) async fn healthz(bin: &Binary) -> bool {
     http_client()
         .get(format!("{}/healthz", bin.http_url))
         .send()

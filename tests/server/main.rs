@@ -9,6 +9,7 @@ mod dropin;
 mod envoy_gateway_configs;
 mod envoyproxy_stats;
 mod fallback;
+mod flood_bounds;
 mod floods;
 mod grpc;
 mod imports;

@@ -45,7 +45,7 @@ pub enum XdsError {
     Header(String),
     #[error("cannot connect: {0}")]
     Connect(#[source] tonic::transport::Error),
-    #[error("stream failed: {} {}", .0.code(), .0.message())]
+    #[error("stream failed: {} {}{}", .0.code(), .0.message(), too_large_hint(.0))]
     Stream(#[source] tonic::Status),
     #[error("the server closed the stream")]
     Closed,
@@ -70,6 +70,15 @@ struct Progress {
     /// Reconnect attempts since the last response.
     attempt: u32,
     last_nack: Option<Instant>,
+}
+
+/// What to change when a response was larger than the client accepts.
+fn too_large_hint(status: &tonic::Status) -> &'static str {
+    if status.code() == tonic::Code::OutOfRange && status.message().contains("too large") {
+        " (a response larger than --config-xds-max-message-size)"
+    } else {
+        ""
+    }
 }
 
 /// The fewest time between two NACKs: a control plane that answers a NACK by sending the

@@ -17,9 +17,17 @@ use crate::pb::rls_conf::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy}
 /// The type URL of the rate limit config resource.
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 
+/// The most resources (domains) one response may carry. With the message size bound
+/// (`--config-xds-max-message-size`, 4 MiB) it bounds what compiling a response can cost: a
+/// response of tiny resources could otherwise ask for hundreds of thousands of domains.
+pub const MAX_DOMAINS: usize = 10_000;
+
 /// Why a response's resources were refused (the NACK's `error_detail` says this).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ResourceError {
+    /// More resources than [`MAX_DOMAINS`].
+    #[error("{count} resources, more than the {MAX_DOMAINS} domains one response may carry")]
+    TooMany { count: usize },
     /// A resource of another type in a response for ours.
     #[error("resource {index}: type {type_url}, not {TYPE_URL}")]
     WrongType { index: usize, type_url: String },
@@ -40,6 +48,11 @@ pub fn compile_resources(
     resources: &[prost_types::Any],
     opts: &LoadOptions,
 ) -> Result<Config, ResourceError> {
+    if resources.len() > MAX_DOMAINS {
+        return Err(ResourceError::TooMany {
+            count: resources.len(),
+        });
+    }
     let mut config = Config::default();
     for (index, any) in resources.iter().enumerate() {
         if any.type_url != TYPE_URL {
