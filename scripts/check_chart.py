@@ -160,7 +160,7 @@ REFUSALS = [
     ("client CA without grpcTls", ["--set", "grpcTls.clientCa.enabled=true"], r"needs grpcTls.enabled"),
     ("gRPC readiness probe with grpcTls", ["--set", "grpcTls.enabled=true,grpcTls.secretName=s,readinessProbe.type=grpc"],
      r"kubelet's gRPC probe speaks plaintext"),
-    ("maxStoreBytes above half the memory limit", ["--set", "maxStoreBytes=200MiB"], r"at least twice maxStoreBytes"),
+    ("maxStoreBytes without 128Mi beside it", ["--set", "maxStoreBytes=200MiB"], r"at least maxStoreBytes plus 128Mi"),
     ("maxStoreBytes not a size", ["--set", "maxStoreBytes=lots"], r"maxStoreBytes"),
     ("existingConfigMap without tests.domain", ["--set", "config.existingConfigMap=ratelimit-config"],
      r"set tests.domain and tests.descriptor"),

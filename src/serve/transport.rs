@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::base::pem::{certs, private_key};
-use crate::serve::grpc::Calls;
+use crate::serve::grpc::{CallBody, Calls};
 use crate::serve::threads::Accepted;
 use crate::store::Store;
 
@@ -257,13 +257,17 @@ async fn http2_connection<S, IO>(
                 }
             }
             _ = tokio::time::sleep_until(forced_at), if closing_since.is_some() => {
-                if !idle_closing || activity.idle_since().is_some() {
+                // After an idle GOAWAY, a call that started as it left finishes first, and
+                // its last frames get a second to leave.
+                let settled = activity
+                    .idle_since()
+                    .is_some_and(|since| since + Duration::from_secs(1) <= Instant::now());
+                if !idle_closing || settled {
                     return;
                 }
-                // A call started as the GOAWAY left: it finishes first.
                 forced_at = Instant::now() + Duration::from_secs(1);
             }
-            _ = tokio::time::sleep_until(idle_check), if closing_since.is_none() => {
+            _ = tokio::time::sleep_until(idle_check), if closing_since.is_none() && connections.max_idle.is_some() => {
                 let idle = connections.max_idle.unwrap_or(Duration::MAX);
                 match activity.idle_since() {
                     Some(since) if since + idle <= Instant::now() => {
@@ -330,15 +334,15 @@ impl Drop for CallOpen {
     }
 }
 
-/// [`Calls`] that keep a connection's [`Activity`].
+/// [`Calls`] that keep a connection's [`Activity`]: a call is open from its request until
+/// hyper drops its response body (its last frame sent, or the stream reset).
 struct Tracked<S> {
     calls: Calls<S>,
     activity: Arc<Activity>,
 }
 
 impl<S: Store> hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Tracked<S> {
-    type Response =
-        <Calls<S> as hyper::service::Service<hyper::Request<hyper::body::Incoming>>>::Response;
+    type Response = hyper::Response<TrackedBody>;
     type Error = hyper::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, hyper::Error>> + Send>>;
 
@@ -349,10 +353,35 @@ impl<S: Store> hyper::service::Service<hyper::Request<hyper::body::Incoming>> fo
         };
         let call = hyper::service::Service::call(&self.calls, req);
         Box::pin(async move {
-            let answer = call.await;
-            drop(open);
-            answer
+            let answer = call.await?;
+            Ok(answer.map(|body| TrackedBody { body, _open: open }))
         })
+    }
+}
+
+/// A response body that holds its call open until it is dropped.
+pub struct TrackedBody {
+    body: CallBody,
+    _open: CallOpen,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -169,8 +169,8 @@ Deployment, so `helm template`, `helm install` and `helm lint` all stop on it.
 {{- if and $v.resources $v.resources.limits $v.resources.limits.memory }}
 {{- $limit = include "tollgate.bytes" $v.resources.limits.memory }}
 {{- end }}
-{{- if and (not $v.redis.enabled) $limit (lt (int64 $limit) (mul 2 (int64 $store))) }}
-{{- fail (printf "resources.limits.memory %s leaves no room beside maxStoreBytes %s for the in-memory store: the limit must be at least twice maxStoreBytes (the process needs memory beyond its counters). Raise the limit or lower maxStoreBytes." (toString $v.resources.limits.memory) (toString $v.maxStoreBytes)) }}
+{{- if and (not $v.redis.enabled) $limit (lt (int64 $limit) (add (int64 $store) 134217728)) }}
+{{- fail (printf "resources.limits.memory %s leaves no room beside maxStoreBytes %s for the in-memory store: the limit must be at least maxStoreBytes plus 128Mi (the process needs memory beyond its counters: about 24Mi at rest and up to 70Mi that the allocator keeps under a flood of keys, RELIABILITY.md). Raise the limit or lower maxStoreBytes." (toString $v.resources.limits.memory) (toString $v.maxStoreBytes)) }}
 {{- end }}
 {{- with $v.podDisruptionBudget }}
 {{- if .enabled }}

@@ -74,7 +74,11 @@ struct Progress {
 
 /// What to change when a response was larger than the client accepts.
 fn too_large_hint(status: &tonic::Status) -> &'static str {
-    if status.code() == tonic::Code::OutOfRange && status.message().contains("too large") {
+    if status.code() == tonic::Code::OutOfRange
+        && status
+            .message()
+            .contains("decoded message length too large")
+    {
         " (a response larger than --config-xds-max-message-size)"
     } else {
         ""
