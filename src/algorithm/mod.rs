@@ -15,6 +15,7 @@
 pub mod batch;
 pub mod concurrency;
 pub mod fixed_window;
+pub mod global;
 pub mod inspect;
 pub mod reservation;
 pub mod rule;

@@ -1,0 +1,215 @@
+//! The home region's side of a global limit: one [`Authority`] per limit, whose state is the
+//! authority key in home's Redis. Only refill tasks call it, never a request.
+
+use super::terms::{Ask, Grant, Kind, OnPartition, Settings};
+
+/// A region as the authority last saw it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    demand: f64,
+    target: u64,
+    /// When it was last heard (`None`: never).
+    heard: Option<u64>,
+    /// Its safe share is counted as issued in the current window.
+    safe_counted: bool,
+    /// Granted in the current window.
+    granted: u64,
+}
+
+/// The home region's authority for one global limit (its state is the authority key).
+#[derive(Debug, Clone)]
+pub struct Authority {
+    settings: Settings,
+    window: u64,
+    issued: u64,
+    /// Units issued already for the next window.
+    issued_next: u64,
+    /// A bucket's tokens, and when they were last refilled.
+    tokens: f64,
+    refilled_at: u64,
+    regions: Vec<Seen>,
+    /// Someone asked for more than was left in this window.
+    short: bool,
+    /// Grants nothing before this (a new authority after a failover).
+    cautious_until: u64,
+}
+
+impl Authority {
+    pub fn new(settings: Settings, regions: usize, now: u64) -> Authority {
+        let tokens = match settings.kind {
+            Kind::Bucket { burst, .. } => burst as f64,
+            Kind::Window { .. } => 0.0,
+        };
+        let mut a = Authority {
+            settings,
+            window: 0,
+            issued: 0,
+            issued_next: 0,
+            tokens,
+            refilled_at: now,
+            regions: vec![Seen::default(); regions],
+            short: false,
+            cautious_until: 0,
+        };
+        a.window = a.window_of(now);
+        a
+    }
+
+    /// A new primary took over this state (a failover): it grants nothing for a while, so
+    /// grants in flight from the old one land or lapse first. Silence is counted afresh.
+    pub fn take_over(&mut self, now: u64) {
+        self.cautious_until = now + self.settings.caution_us;
+        for r in &mut self.regions {
+            r.heard = r.heard.map(|_| now);
+        }
+    }
+
+    fn window_of(&self, now: u64) -> u64 {
+        match self.settings.kind {
+            Kind::Window { window_us, .. } => now / window_us,
+            Kind::Bucket { .. } => 0,
+        }
+    }
+
+    /// Units issued in the current window (a bucket: tokens held back from the bucket).
+    pub fn issued(&self) -> u64 {
+        self.issued
+    }
+
+    /// Rolls the window and the bucket forward to `now`, and counts the safe share of every
+    /// region silent for `silent_after_us`.
+    pub fn advance(&mut self, now: u64) {
+        let w = self.window_of(now);
+        if w != self.window {
+            self.issued = if w == self.window + 1 {
+                self.issued_next
+            } else {
+                0
+            };
+            self.issued_next = 0;
+            self.window = w;
+            self.short = false;
+            for r in &mut self.regions {
+                r.safe_counted = false;
+                r.granted = 0;
+            }
+        }
+        let safe = self.settings.safe_units();
+        if let Kind::Bucket { rate, burst } = self.settings.kind {
+            let dt = now.saturating_sub(self.refilled_at) as f64 / 1e6;
+            let silent = self.regions.iter().filter(|r| r.safe_counted).count() as f64;
+            let share = match self.settings.on_partition {
+                OnPartition::SafeShare(s) => s,
+                OnPartition::Refuse => 0.0,
+            };
+            // A silent region's safe share of the rate is its own while it is silent.
+            let rate = (rate * (1.0 - share * silent)).max(0.0);
+            self.tokens = (self.tokens + rate * dt).min(burst as f64);
+            self.refilled_at = now;
+        }
+        for i in 0..self.regions.len() {
+            let r = self.regions[i];
+            let silent = r
+                .heard
+                .is_some_and(|h| now.saturating_sub(h) >= self.settings.silent_after_us);
+            if silent && !r.safe_counted && safe > 0 {
+                self.regions[i].safe_counted = true;
+                match self.settings.kind {
+                    Kind::Window { .. } => self.issued += safe,
+                    Kind::Bucket { .. } => self.tokens -= safe as f64,
+                }
+            } else if !silent && r.safe_counted {
+                if let Kind::Bucket { .. } = self.settings.kind {
+                    self.regions[i].safe_counted = false;
+                }
+            }
+        }
+    }
+
+    fn left(&self, next: bool) -> u64 {
+        match self.settings.kind {
+            Kind::Window { limit, .. } if next => limit.saturating_sub(self.issued_next),
+            Kind::Window { limit, .. } => limit.saturating_sub(self.issued),
+            Kind::Bucket { .. } => self.tokens.max(0.0).floor() as u64,
+        }
+    }
+
+    /// Answers one ask at `now` (the authority's clock).
+    pub fn grant(&mut self, ask: &Ask, now: u64) -> Grant {
+        self.advance(now);
+        let w = self.window;
+        {
+            let r = &mut self.regions[ask.region];
+            r.demand = ask.demand;
+            r.target = ask.target;
+            r.heard = Some(now);
+        }
+        if ask.given_back > 0 && ask.window == w {
+            if let Kind::Window { .. } = self.settings.kind {
+                self.issued = self.issued.saturating_sub(ask.given_back);
+                let r = &mut self.regions[ask.region];
+                r.granted = r.granted.saturating_sub(ask.given_back);
+            }
+        }
+        let next = ask.next && matches!(self.settings.kind, Kind::Window { .. });
+        let (starts_in_us, lifetime_us) = match self.settings.kind {
+            Kind::Window { window_us, .. } if next => {
+                ((w + 1) * window_us - now, (w + 2) * window_us - now)
+            }
+            Kind::Window { window_us, .. } => (0, (w + 1) * window_us - now),
+            Kind::Bucket { .. } => (0, self.settings.lifetime_us),
+        };
+        let left = self.left(next);
+        let units = if now < self.cautious_until || ask.want == 0 {
+            0
+        } else {
+            let heard_lately = |r: &&Seen| {
+                r.heard
+                    .is_some_and(|h| now.saturating_sub(h) < self.settings.silent_after_us)
+            };
+            let targets: u64 = self
+                .regions
+                .iter()
+                .filter(heard_lately)
+                .map(|r| r.target)
+                .sum();
+            if left >= 4 * targets.max(ask.want) {
+                ask.want.min(left)
+            } else {
+                // Scarce: each region gets at most its part of what is left, by demand.
+                let total: f64 = self
+                    .regions
+                    .iter()
+                    .filter(heard_lately)
+                    .map(|r| r.demand)
+                    .sum();
+                let part = if total > 0.0 {
+                    (left as f64 * ask.demand / total).floor() as u64
+                } else {
+                    left / self.regions.len().max(1) as u64
+                };
+                ask.want.min(left).min(part.max(1))
+            }
+        };
+        if units < ask.want && !next {
+            self.short = true;
+        }
+        match self.settings.kind {
+            Kind::Window { .. } if next => self.issued_next += units,
+            Kind::Window { .. } => self.issued += units,
+            Kind::Bucket { .. } => self.tokens -= units as f64,
+        }
+        if !next {
+            self.regions[ask.region].granted += units;
+        }
+        Grant {
+            units,
+            starts_in_us,
+            lifetime_us,
+            window: if next { w + 1 } else { w },
+            // Once the window is short, surplus leases go back, so the units go where the
+            // demand is.
+            reclaim: self.short && matches!(self.settings.kind, Kind::Window { .. }),
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! A region's side of a global limit: its lease, spent by requests without a round trip to
+//! home, and its refill task's arithmetic (when to ask, for how much, what to give back).
+
+use super::terms::{Ask, Grant, Kind, Settings};
+
+/// A smoothed rate (units per second) with a time constant.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate {
+    per_s: f64,
+    at: u64,
+    tau_us: f64,
+}
+
+impl Rate {
+    pub fn new(tau_us: u64, now: u64) -> Rate {
+        Rate {
+            per_s: 0.0,
+            at: now,
+            tau_us: tau_us as f64,
+        }
+    }
+
+    /// Counts `units` at `now`.
+    pub fn add(&mut self, units: u64, now: u64) {
+        self.decay(now);
+        self.per_s += units as f64 * 1e6 / self.tau_us;
+    }
+
+    fn decay(&mut self, now: u64) {
+        let dt = now.saturating_sub(self.at) as f64;
+        if dt > 0.0 {
+            self.per_s *= (-dt / self.tau_us).exp();
+            self.at = now;
+        }
+    }
+
+    pub fn per_s(&mut self, now: u64) -> f64 {
+        self.decay(now);
+        self.per_s
+    }
+}
+
+/// Units granted to a region, spendable until they lapse (on the region's clock).
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    units: u64,
+    starts_at: u64,
+    lapses_at: u64,
+    window: u64,
+}
+
+/// One region's lease of a global limit and its refill task's arithmetic. In the service
+/// the lease's units are a counter in the region's Redis; here they are held in memory, the
+/// decisions on them the same.
+#[derive(Debug, Clone)]
+pub struct Region {
+    pub index: usize,
+    settings: Settings,
+    chunks: Vec<Chunk>,
+    demand: Rate,
+    /// The round trip to home, smoothed (µs).
+    rtt_us: f64,
+    /// An ask in flight: when it was sent.
+    asked_at: Option<u64>,
+    /// When the last answer came (`None`: never).
+    answered_at: Option<u64>,
+    next_tick: u64,
+    /// Units removed from the lease to report in the next ask, and their window.
+    given_back: u64,
+    given_back_window: u64,
+    /// While cut off: the safe-share window's end, and what is left of the share in it.
+    safe_until: u64,
+    safe_left: u64,
+    /// The end of the authority's current window, as far as this region knows (to ask for the
+    /// next one in time, and to count windows while cut off).
+    window_end: Option<u64>,
+    /// The next window's units are asked for (or held).
+    next_asked: bool,
+    /// Units that lapsed unspent, in all.
+    lapsed: u64,
+    /// A request was refused since the last ask.
+    refused: bool,
+}
+
+/// What [`Region::admit`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    Lease,
+    SafeShare,
+    Refused,
+}
+
+impl Region {
+    pub fn new(index: usize, settings: Settings, rtt_guess_us: u64, now: u64) -> Region {
+        Region {
+            index,
+            settings,
+            chunks: Vec::new(),
+            demand: Rate::new(500_000, now),
+            rtt_us: rtt_guess_us as f64,
+            asked_at: None,
+            answered_at: Some(now),
+            next_tick: now,
+            given_back: 0,
+            given_back_window: 0,
+            safe_until: 0,
+            safe_left: 0,
+            window_end: None,
+            next_asked: false,
+            lapsed: 0,
+            refused: false,
+        }
+    }
+
+    /// Units spendable now.
+    pub fn headroom(&self, now: u64) -> u64 {
+        self.chunks
+            .iter()
+            .filter(|c| c.starts_at <= now && c.lapses_at > now)
+            .map(|c| c.units)
+            .sum()
+    }
+
+    /// Units that lapsed unspent so far (stranded).
+    pub fn lapsed(&mut self, now: u64) -> u64 {
+        self.drop_lapsed(now);
+        self.lapsed
+    }
+
+    fn drop_lapsed(&mut self, now: u64) {
+        let lapsed = &mut self.lapsed;
+        self.chunks.retain(|c| {
+            if c.lapses_at <= now {
+                *lapsed += c.units;
+            }
+            c.lapses_at > now && c.units > 0
+        });
+        if self.window_end.is_some_and(|end| end <= now) {
+            // The window this region knew ended: the next one's end, if it holds a grant for it.
+            self.window_end = self
+                .chunks
+                .iter()
+                .filter(|c| c.starts_at <= now)
+                .map(|c| c.lapses_at)
+                .max();
+            self.next_asked = false;
+        }
+    }
+
+    /// Cut off: no answer for `silent_after_us`.
+    pub fn cut_off(&self, now: u64) -> bool {
+        self.answered_at
+            .is_none_or(|a| now.saturating_sub(a) >= self.settings.silent_after_us)
+    }
+
+    /// The request path: spends `cost` units from the lease (oldest chunk first), else, cut
+    /// off with a safe share, from the share. Never waits on home.
+    pub fn admit(&mut self, cost: u64, now: u64) -> Admit {
+        self.demand.add(cost, now);
+        self.drop_lapsed(now);
+        if self.headroom(now) >= cost {
+            let mut need = cost;
+            for c in self.chunks.iter_mut().filter(|c| c.starts_at <= now) {
+                let take = need.min(c.units);
+                c.units -= take;
+                need -= take;
+                if need == 0 {
+                    break;
+                }
+            }
+            return Admit::Lease;
+        }
+        if self.cut_off(now) && self.settings.safe_units() > 0 {
+            if now >= self.safe_until {
+                // A new window of the authority's, counted on from the last one this region knew.
+                let window_us = match self.settings.kind {
+                    Kind::Window { window_us, .. } => window_us,
+                    Kind::Bucket { rate, burst } => (burst as f64 / rate * 1e6) as u64,
+                };
+                let mut end = self.window_end.unwrap_or(now + window_us);
+                while end <= now {
+                    end += window_us;
+                }
+                self.safe_until = end;
+                self.safe_left = self.settings.safe_units();
+            }
+            if self.safe_left >= cost {
+                self.safe_left -= cost;
+                return Admit::SafeShare;
+            }
+        }
+        self.refused = true;
+        Admit::Refused
+    }
+
+    /// The lease this region aims to hold: three round trips and three periods of its demand
+    /// (it asks again once it holds less than two: an ask takes a round trip, and waits up to
+    /// a period to be sent).
+    fn target(&mut self, now: u64) -> u64 {
+        let horizon = (self.rtt_us + self.settings.period_us as f64) / 1e6;
+        (self.demand.per_s(now) * 3.0 * horizon).ceil() as u64
+    }
+
+    /// The refill task, run when due: an ask (or a heartbeat) to send, or `None` (not due, or
+    /// an ask is still in flight).
+    pub fn tick(&mut self, now: u64) -> Option<Ask> {
+        if now < self.next_tick {
+            return None;
+        }
+        self.next_tick = now + self.settings.period_us;
+        if let Some(sent) = self.asked_at {
+            // An ask unanswered for a round trip and more is given up (it or its answer was lost).
+            if now.saturating_sub(sent) < self.settings.silent_after_us {
+                return None;
+            }
+        }
+        self.drop_lapsed(now);
+        // A region without demand holds nothing; one refused for want of units asks for one.
+        let target = self.target(now).max(self.refused as u64);
+        self.refused = false;
+        let headroom = self.headroom(now);
+        let low = (target * 2).div_ceil(3);
+        // Near the window's end (a round trip and two periods before it), ask for the next.
+        let lead = (self.rtt_us + 2.0 * self.settings.period_us as f64) as u64;
+        let next = matches!(self.settings.kind, Kind::Window { .. })
+            && !self.next_asked
+            && target > 0
+            && self
+                .window_end
+                .is_some_and(|end| end.saturating_sub(now) < lead);
+        let want = if next {
+            target
+        } else if headroom < low {
+            target - headroom
+        } else {
+            0
+        };
+        self.asked_at = Some(now);
+        let ask = Ask {
+            region: self.index,
+            want,
+            demand: self.demand.per_s(now),
+            target,
+            given_back: self.given_back,
+            window: self.given_back_window,
+            next,
+        };
+        self.given_back = 0;
+        Some(ask)
+    }
+
+    /// The authority's answer to the ask sent at `sent_at`, arriving at `now`.
+    pub fn answered(&mut self, grant: &Grant, sent_at: u64, now: u64) {
+        if self.asked_at == Some(sent_at) {
+            self.asked_at = None;
+        }
+        let rtt = now.saturating_sub(sent_at) as f64;
+        self.rtt_us = 0.8 * self.rtt_us + 0.2 * rtt;
+        self.answered_at = Some(now);
+        self.safe_until = 0;
+        let lapses_at = sent_at + grant.lifetime_us;
+        let starts_at = if grant.starts_in_us > 0 {
+            // Counted from the answer's arrival: never before the authority's window starts.
+            self.next_asked = true;
+            now + grant.starts_in_us
+        } else {
+            if let Kind::Window { .. } = self.settings.kind {
+                self.window_end = Some(lapses_at);
+            }
+            0
+        };
+        if grant.units > 0 {
+            self.chunks.push(Chunk {
+                units: grant.units,
+                starts_at,
+                lapses_at,
+                window: grant.window,
+            });
+        }
+        if grant.reclaim {
+            // Keep two round trips of demand; give the rest of this window's units back.
+            let keep = (self.target(now) * 2 / 3).max(1);
+            let mut surplus = self.headroom(now).saturating_sub(keep);
+            let current = |c: &&mut Chunk| c.window == grant.window && c.starts_at <= now;
+            for c in self.chunks.iter_mut().filter(current) {
+                let take = surplus.min(c.units);
+                c.units -= take;
+                surplus -= take;
+                self.given_back += take;
+                self.given_back_window = grant.window;
+            }
+        }
+    }
+}
