@@ -8,8 +8,12 @@ use super::terms::{Ask, Grant, Kind, OnPartition, Settings};
 struct Seen {
     demand: f64,
     target: u64,
-    /// When it was last heard (`None`: never).
+    /// When it last asked (`None`: never): its demand counts while this is recent.
     heard: Option<u64>,
+    /// The latest answer it confirmed receiving (the authority's time; at first, the
+    /// authority's start): its silence is counted from this, so that the authority counts a
+    /// safe share no later than the region, counting from that answer's arrival, spends it.
+    acked: u64,
     /// Its safe share is counted as issued in the current window.
     safe_counted: bool,
     /// Granted in the current window.
@@ -47,7 +51,13 @@ impl Authority {
             issued_next: 0,
             tokens,
             refilled_at: now,
-            regions: vec![Seen::default(); regions],
+            regions: vec![
+                Seen {
+                    acked: now,
+                    ..Seen::default()
+                };
+                regions
+            ],
             short: false,
             cautious_until: 0,
         };
@@ -56,12 +66,10 @@ impl Authority {
     }
 
     /// A new primary took over this state (a failover): it grants nothing for a while, so
-    /// grants in flight from the old one land or lapse first. Silence is counted afresh.
+    /// grants in flight from the old one land or lapse first. Silence is still counted from
+    /// the answers the regions confirmed (the old ones' included: never later than theirs).
     pub fn take_over(&mut self, now: u64) {
         self.cautious_until = now + self.settings.caution_us;
-        for r in &mut self.regions {
-            r.heard = r.heard.map(|_| now);
-        }
     }
 
     fn window_of(&self, now: u64) -> u64 {
@@ -109,9 +117,7 @@ impl Authority {
         }
         for i in 0..self.regions.len() {
             let r = self.regions[i];
-            let silent = r
-                .heard
-                .is_some_and(|h| now.saturating_sub(h) >= self.settings.silent_after_us);
+            let silent = now.saturating_sub(r.acked) >= self.settings.silent_after_us;
             if silent && !r.safe_counted && safe > 0 {
                 self.regions[i].safe_counted = true;
                 match self.settings.kind {
@@ -128,7 +134,11 @@ impl Authority {
 
     fn left(&self, next: bool) -> u64 {
         match self.settings.kind {
-            Kind::Window { limit, .. } if next => limit.saturating_sub(self.issued_next),
+            Kind::Window { limit, .. } if next => {
+                // The regions silent now will have their safe share counted in the next window.
+                let silent = self.regions.iter().filter(|r| r.safe_counted).count() as u64;
+                limit.saturating_sub(self.issued_next + silent * self.settings.safe_units())
+            }
             Kind::Window { limit, .. } => limit.saturating_sub(self.issued),
             Kind::Bucket { .. } => self.tokens.max(0.0).floor() as u64,
         }
@@ -143,6 +153,9 @@ impl Authority {
             r.demand = ask.demand;
             r.target = ask.target;
             r.heard = Some(now);
+            if let Some(at) = ask.last_answer {
+                r.acked = r.acked.max(at);
+            }
         }
         if ask.given_back > 0 && ask.window == w {
             if let Kind::Window { .. } = self.settings.kind {
@@ -210,6 +223,7 @@ impl Authority {
             // Once the window is short, surplus leases go back, so the units go where the
             // demand is.
             reclaim: self.short && matches!(self.settings.kind, Kind::Window { .. }),
+            at: now,
         }
     }
 }

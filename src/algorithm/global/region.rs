@@ -3,6 +3,10 @@
 
 use super::terms::{Ask, Grant, Kind, Settings};
 
+/// Lease lifetimes are shortened, and starts delayed, by 1/DRIFT of themselves (0.1%): a
+/// region's clock may run at another rate than home's.
+const DRIFT: u64 = 1000;
+
 /// A smoothed rate (units per second) with a time constant.
 #[derive(Debug, Clone, Copy)]
 pub struct Rate {
@@ -68,12 +72,17 @@ pub struct Region {
     /// Units removed from the lease to report in the next ask, and their window.
     given_back: u64,
     given_back_window: u64,
-    /// While cut off: the safe-share window's end, and what is left of the share in it.
-    safe_until: u64,
+    /// The authority's time of the last answer that came (echoed in each ask: home counts this
+    /// region's silence from it, so home counts a safe share before the region spends it).
+    last_answer: Option<u64>,
+    /// While cut off: the window whose safe share is being spent (a bucket: the local period's
+    /// end), and what is left of it. Never reset by an answer: one share per window.
+    safe_window: Option<u64>,
     safe_left: u64,
-    /// The end of the authority's current window, as far as this region knows (to ask for the
-    /// next one in time, and to count windows while cut off).
+    /// The end of the authority's current window as this region knows it (early by up to a
+    /// round trip), and that window's index: kept on the authority's grid by adding windows.
     window_end: Option<u64>,
+    window_index: u64,
     /// The next window's units are asked for (or held).
     next_asked: bool,
     /// Units that lapsed unspent, in all.
@@ -103,9 +112,11 @@ impl Region {
             next_tick: now,
             given_back: 0,
             given_back_window: 0,
-            safe_until: 0,
+            last_answer: None,
+            safe_window: None,
             safe_left: 0,
             window_end: None,
+            window_index: 0,
             next_asked: false,
             lapsed: 0,
             refused: false,
@@ -135,15 +146,13 @@ impl Region {
             }
             c.lapses_at > now && c.units > 0
         });
-        if self.window_end.is_some_and(|end| end <= now) {
-            // The window this region knew ended: the next one's end, if it holds a grant for it.
-            self.window_end = self
-                .chunks
-                .iter()
-                .filter(|c| c.starts_at <= now)
-                .map(|c| c.lapses_at)
-                .max();
-            self.next_asked = false;
+        if let Kind::Window { window_us, .. } = self.settings.kind {
+            while let Some(end) = self.window_end.filter(|&end| end <= now) {
+                // The window this region knew ended: the next one, on the same grid.
+                self.window_end = Some(end + window_us);
+                self.window_index += 1;
+                self.next_asked = false;
+            }
         }
     }
 
@@ -171,26 +180,36 @@ impl Region {
             return Admit::Lease;
         }
         if self.cut_off(now) && self.settings.safe_units() > 0 {
-            if now >= self.safe_until {
-                // A new window of the authority's, counted on from the last one this region knew.
-                let window_us = match self.settings.kind {
-                    Kind::Window { window_us, .. } => window_us,
-                    Kind::Bucket { rate, burst } => (burst as f64 / rate * 1e6) as u64,
-                };
-                let mut end = self.window_end.unwrap_or(now + window_us);
-                while end <= now {
-                    end += window_us;
+            if let Some(window) = self.safe_window_at(now) {
+                if self.safe_window != Some(window) {
+                    self.safe_window = Some(window);
+                    self.safe_left = self.settings.safe_units();
                 }
-                self.safe_until = end;
-                self.safe_left = self.settings.safe_units();
-            }
-            if self.safe_left >= cost {
-                self.safe_left -= cost;
-                return Admit::SafeShare;
+                if self.safe_left >= cost {
+                    self.safe_left -= cost;
+                    return Admit::SafeShare;
+                }
             }
         }
         self.refused = true;
         Admit::Refused
+    }
+
+    /// The window whose safe share may be spent at `now`: a fixed window's index, once this
+    /// region is sure the authority's window has begun (its known end, itself early by up to a
+    /// round trip, plus a round trip) and before its known end; a bucket's local period.
+    fn safe_window_at(&self, now: u64) -> Option<u64> {
+        match self.settings.kind {
+            Kind::Window { window_us, .. } => {
+                let end = self.window_end?;
+                let begun = end - window_us + self.rtt_us as u64;
+                (now >= begun && now < end).then_some(self.window_index)
+            }
+            Kind::Bucket { rate, burst } => {
+                let period = ((burst as f64 / rate) * 1e6) as u64;
+                Some(now / period.max(1))
+            }
+        }
     }
 
     /// The lease this region aims to hold: three round trips and three periods of its demand
@@ -244,9 +263,19 @@ impl Region {
             given_back: self.given_back,
             window: self.given_back_window,
             next,
+            last_answer: self.last_answer,
         };
         self.given_back = 0;
         Some(ask)
+    }
+
+    /// The refill task's instance died: its ask in flight and the units it gave back but had
+    /// not reported are lost (those lapse unspent); the lease itself, in the region's Redis,
+    /// stays. The instance that takes the lock over starts from here.
+    pub fn refill_lost(&mut self) {
+        self.asked_at = None;
+        self.lapsed += self.given_back;
+        self.given_back = 0;
     }
 
     /// The authority's answer to the ask sent at `sent_at`, arriving at `now`.
@@ -257,15 +286,23 @@ impl Region {
         let rtt = now.saturating_sub(sent_at) as f64;
         self.rtt_us = 0.8 * self.rtt_us + 0.2 * rtt;
         self.answered_at = Some(now);
-        self.safe_until = 0;
-        let lapses_at = sent_at + grant.lifetime_us;
+        self.last_answer = Some(self.last_answer.unwrap_or(0).max(grant.at));
+        // Lifetimes are shortened, and starts delayed, by DRIFT of themselves: this region's
+        // clock may run slower, or faster, than home's.
+        let lapses_at = sent_at + grant.lifetime_us - grant.lifetime_us / DRIFT;
         let starts_at = if grant.starts_in_us > 0 {
             // Counted from the answer's arrival: never before the authority's window starts.
             self.next_asked = true;
-            now + grant.starts_in_us
+            now + grant.starts_in_us + grant.starts_in_us / DRIFT
         } else {
             if let Kind::Window { .. } = self.settings.kind {
-                self.window_end = Some(lapses_at);
+                // The first answer in a window (or a later one, from an earlier ask) sets it.
+                if self.window_end.is_none_or(|end| lapses_at > end)
+                    || self.window_index != grant.window
+                {
+                    self.window_end = Some(lapses_at);
+                    self.window_index = grant.window;
+                }
             }
             0
         };
@@ -281,7 +318,14 @@ impl Region {
             // Keep two round trips of demand; give the rest of this window's units back.
             let keep = (self.target(now) * 2 / 3).max(1);
             let mut surplus = self.headroom(now).saturating_sub(keep);
-            let current = |c: &&mut Chunk| c.window == grant.window && c.starts_at <= now;
+            if self.given_back > 0 && self.given_back_window != grant.window {
+                // Not yet reported, of another window: those units lapse unspent.
+                self.lapsed += self.given_back;
+                self.given_back = 0;
+            }
+            let current = |c: &&mut Chunk| {
+                c.window == grant.window && c.starts_at <= now && c.lapses_at > now
+            };
             for c in self.chunks.iter_mut().filter(current) {
                 let take = surplus.min(c.units);
                 c.units -= take;

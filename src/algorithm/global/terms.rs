@@ -58,7 +58,7 @@ pub struct Ask {
     pub want: u64,
     /// The region's demand (admitted and refused units per second, smoothed).
     pub demand: f64,
-    /// What the region's lease target is (two round trips and two periods of its demand).
+    /// What the region's lease target is (three round trips and three periods of its demand).
     pub target: u64,
     /// Units the region removed from its lease since its last ask, for `window`.
     pub given_back: u64,
@@ -67,6 +67,8 @@ pub struct Ask {
     /// The ask is for the next window (sent as the current one nears its end, so a region
     /// starts each window with a lease).
     pub next: bool,
+    /// The authority's time ([`Grant::at`]) of the last answer the region received.
+    pub last_answer: Option<u64>,
 }
 
 /// The authority's answer.
@@ -81,6 +83,8 @@ pub struct Grant {
     /// The window they belong to (a bucket: 0).
     pub window: u64,
     /// The window is short (someone asked for more than was left): a region holding more than
-    /// a round trip of its own demand gives the rest back.
+    /// two round trips and two periods of its own demand gives the rest back.
     pub reclaim: bool,
+    /// The authority's time when it answered.
+    pub at: u64,
 }

@@ -64,7 +64,7 @@ struct Case {
 }
 
 /// The demand of region `r` at `t` of a run of `run` µs, per second.
-fn demand(c: &Case, total: f64, r: usize, t: u64, run: u64) -> f64 {
+fn demand(c: &Case, total: f64, r: usize, t: u64, run: u64, at: u64) -> f64 {
     let n = c.rtts_ms.len();
     let even = total / n as f64;
     match c.demand {
@@ -77,7 +77,7 @@ fn demand(c: &Case, total: f64, r: usize, t: u64, run: u64) -> f64 {
             }
         }
         Demand::Moving => {
-            let from = run / 3;
+            let from = at;
             let moved = (t.saturating_sub(from) as f64 / S as f64).min(1.0);
             if r == 0 {
                 total * (1.0 - moved)
@@ -88,7 +88,7 @@ fn demand(c: &Case, total: f64, r: usize, t: u64, run: u64) -> f64 {
             }
         }
         Demand::Flash => {
-            if r == 1 && t >= run / 3 && t < run / 3 + run / 5 {
+            if r == 1 && t >= at && t < at + run / 5 {
                 even * 10.0
             } else {
                 even
@@ -109,6 +109,8 @@ struct Tally {
     stranded: Vec<f64>,
     /// Admitted per ms (for interval bounds).
     per_ms: Vec<u32>,
+    /// A bucket: the most admitted beyond the exact global bucket, ÷ burst.
+    excess: f64,
 }
 
 fn settings(c: &Case) -> Settings {
@@ -118,7 +120,9 @@ fn settings(c: &Case) -> Settings {
         kind: c.kind,
         on_partition: c.on_partition,
         period_us,
-        silent_after_us: 3 * period_us + max_rtt,
+        // The answer a region confirms is a cycle (a round trip and a period) old when its
+        // next ask arrives, and that ask a cycle later: two of them, and a period to spare.
+        silent_after_us: 3 * period_us + 2 * max_rtt,
         lifetime_us: 2 * max_rtt + period_us,
         caution_us: max_rtt + period_us,
     }
@@ -132,10 +136,21 @@ fn size(kind: Kind) -> (u64, u64) {
     }
 }
 
+/// When the case's event (a failure, demand moving, a flash crowd) begins: a third into the
+/// run, moved to the middle of a window.
+fn event_at(run: u64, window_us: u64) -> u64 {
+    let third = run / 3;
+    if window_us < run {
+        third - third % window_us + window_us / 2
+    } else {
+        third
+    }
+}
+
 fn run(c: &Case) -> (Tally, u64) {
     let (limit, window_us) = size(c.kind);
     let windows = if window_us >= 3600 * S { 2 } else { 3 };
-    // Long enough for the failure (a third in, 30 s long) and, for a bucket, for intervals of
+    // Long enough for the failure (30 s, from the event) and, for a bucket, for intervals of
     // 10 s; whole windows.
     let least = match (c.kind, c.failure) {
         (_, Failure::None) if matches!(c.kind, Kind::Bucket { .. }) => 30 * S,
@@ -146,15 +161,23 @@ fn run(c: &Case) -> (Tally, u64) {
     let n = c.rtts_ms.len();
     let total = 1.2 * limit as f64 * S as f64 / window_us as f64;
     let s = settings(c);
-    let skew: Vec<u64> = (0..n)
-        .map(|r| match c.failure {
-            Failure::Skew => (r as u64 * 25 * MS) % (100 * MS),
-            _ => 0,
-        })
-        .collect();
+    let at = event_at(run, window_us);
+    // Each region's clock: an offset of up to ±50 ms and a rate off by up to ±500 ppm.
+    let clock = |r: usize, now: u64| -> u64 {
+        match c.failure {
+            Failure::Skew => {
+                let ppm = [500i64, -500, 250, -250, 0][r % 5];
+                let offset_ms = [50i64, -50, 25, -25, 0][r % 5];
+                let now = now as i64;
+                // 100 ms on every clock keeps them positive.
+                (now + (100 + offset_ms) * MS as i64 + now * ppm / 1_000_000) as u64
+            }
+            _ => now,
+        }
+    };
     let mut authority = Authority::new(s, n, 0);
     let mut regions: Vec<Region> = (0..n)
-        .map(|r| Region::new(r, s, c.rtts_ms[r] * MS, skew[r]))
+        .map(|r| Region::new(r, s, c.rtts_ms[r] * MS, clock(r, 0)))
         .collect();
     let mut net: Vec<InFlight> = Vec::new();
     let mut history: VecDeque<Authority> = VecDeque::new();
@@ -163,21 +186,38 @@ fn run(c: &Case) -> (Tally, u64) {
         per_ms: Vec::with_capacity((run / MS) as usize),
         ..Tally::default()
     };
-    // Baselines' own counters: per region (static split, independent) or one (shared).
+    // The baselines' counters: per region (a static split, independent regions), or at home.
+    let split = matches!(c.strategy, Strategy::StaticSplit);
+    let (cap, add) = match c.kind {
+        Kind::Window { .. } => (0.0, 0.0),
+        Kind::Bucket { rate, burst } if split => (burst as f64 / n as f64, rate / n as f64 / 1e3),
+        Kind::Bucket { rate, burst } => (burst as f64, rate / 1e3),
+    };
     let mut local = vec![0u64; n];
-    let mut tokens = vec![0f64; n];
+    let mut tokens = vec![cap; n];
+    let mut home_tokens = limit as f64;
+    // The exact global bucket, charged with what was admitted (its low point is any excess),
+    // and an ideal one deciding the same requests itself (what the limit would have admitted).
+    let mut reference = limit as f64;
+    let mut lowest = limit as f64;
+    let mut ideal = limit as f64;
+    let mut ideal_admitted = 0u64;
     let mut window_admitted = 0u64;
     let mut lapsed_before = 0u64;
     let mut window = 0u64;
-    let (cut_from, cut_to) = (run / 3, run / 3 + 30 * S);
-    let failover_at = run / 3;
+    let cut_to = at + 30 * S;
     let mut failed_over = false;
-    let mut dead_until = 0u64;
-    let mut bucket_tokens = limit as f64;
-    let mut now = 0u64;
-    while now < run {
+    let dead_for = 4 * s.period_us;
+    while t.per_ms.len() < (run / MS) as usize {
+        let now = t.per_ms.len() as u64 * MS;
         let cut = |r: usize| {
-            matches!(c.failure, Failure::Partition) && r == n - 1 && now >= cut_from && now < cut_to
+            matches!(c.failure, Failure::Partition) && r == n - 1 && now >= at && now < cut_to
+        };
+        let dead = |r: usize| {
+            matches!(c.failure, Failure::InstanceDeath)
+                && r == 1
+                && now >= at
+                && now < at + dead_for
         };
         let w = now / window_us;
         if w != window {
@@ -186,7 +226,7 @@ fn run(c: &Case) -> (Tally, u64) {
                 if c.strategy == Strategy::Leases {
                     let lapsed: u64 = regions
                         .iter_mut()
-                        .map(|r| r.lapsed(now + skew[r.index]))
+                        .map(|r| r.lapsed(clock(r.index, now)))
                         .sum();
                     t.stranded
                         .push((lapsed - lapsed_before) as f64 / limit as f64);
@@ -201,138 +241,144 @@ fn run(c: &Case) -> (Tally, u64) {
         net.sort_by_key(|m| std::cmp::Reverse(m.at));
         while net.last().is_some_and(|m| m.at <= now) {
             let m = net.pop().unwrap();
-            if cut(m.region) {
+            if cut(m.region) || dead(m.region) {
                 continue;
             }
             match m.msg {
                 Msg::Ask(ask) => {
                     t.authority_calls += 1;
                     let grant = authority.grant(&ask, now);
+                    // With WAIT, the answer leaves once a replica has the grant.
+                    let replicated = match c.failure {
+                        Failure::Failover { lag_ms, wait: true } => lag_ms * MS,
+                        _ => 0,
+                    };
                     net.push(InFlight {
-                        at: now + c.rtts_ms[m.region] * MS / 2,
+                        at: now + replicated + c.rtts_ms[m.region] * MS / 2,
                         msg: Msg::Answer(grant),
                         ..m
                     });
                 }
                 Msg::Answer(grant) => {
-                    regions[m.region].answered(&grant, m.sent, now + skew[m.region])
+                    regions[m.region].answered(&grant, m.sent, clock(m.region, now))
                 }
             }
         }
-        if let Failure::Failover { lag_ms, wait } = c.failure {
-            if c.strategy == Strategy::Leases {
-                history.push_back(authority.clone());
-                if history.len() as u64 > lag_ms.max(1) + 1 {
-                    history.pop_front();
+        if let (Failure::Failover { lag_ms, wait }, Strategy::Leases) = (c.failure, c.strategy) {
+            history.push_back(authority.clone());
+            if history.len() as u64 > lag_ms + 1 {
+                history.pop_front();
+            }
+            if !failed_over && now >= at {
+                failed_over = true;
+                if wait {
+                    // Every answer that left was replicated; those waiting on WAIT fail.
+                    net.retain(|m| matches!(m.msg, Msg::Ask(_)));
+                } else {
+                    // The replica is `lag` behind: the grants since are forgotten.
+                    authority = history.front().cloned().unwrap_or(authority);
                 }
-                if !failed_over && now >= failover_at {
-                    failed_over = true;
-                    if !wait {
-                        authority = history.front().cloned().unwrap_or(authority);
-                    }
-                    authority.take_over(now);
-                }
+                authority.take_over(now);
             }
         }
         if c.strategy == Strategy::Leases {
-            for r in 0..n {
-                let dead = matches!(c.failure, Failure::InstanceDeath) && r == 1;
-                if dead && now >= run / 3 && dead_until == 0 {
-                    dead_until = now + 3 * s.period_us;
-                }
-                if dead && now >= run / 3 && now < dead_until {
+            for (r, region) in regions.iter_mut().enumerate() {
+                if dead(r) {
+                    // The refill task died with its instance; another takes the lock after it.
+                    region.refill_lost();
                     continue;
                 }
-                if let Some(ask) = regions[r].tick(now + skew[r]) {
+                if let Some(ask) = region.tick(clock(r, now)) {
                     net.push(InFlight {
                         at: now + c.rtts_ms[r] * MS / 2,
                         region: r,
-                        sent: now + skew[r],
+                        sent: clock(r, now),
                         msg: Msg::Ask(ask),
                     });
                 }
             }
         }
         if let Kind::Bucket { rate, burst } = c.kind {
-            bucket_tokens = (bucket_tokens + rate / 1000.0).min(burst as f64);
+            let refill = |x: f64| (x + rate / 1e3).min(burst as f64);
+            (home_tokens, reference, ideal) =
+                (refill(home_tokens), refill(reference), refill(ideal));
+            tokens.iter_mut().for_each(|x| *x = (*x + add).min(cap));
         }
         // Requests.
         let mut this_ms = 0u32;
         for r in 0..n {
-            carry[r] += demand(c, total, r, now, run) / 1000.0;
+            carry[r] += demand(c, total, r, now, run, at) / 1000.0;
             while carry[r] >= 1.0 {
                 carry[r] -= 1.0;
                 t.requests += 1;
+                if c.strategy == Strategy::SharedRedis {
+                    t.authority_calls += 1;
+                }
+                let ideal_ok = match c.kind {
+                    Kind::Window { .. } => false,
+                    Kind::Bucket { .. } => ideal >= 1.0,
+                };
+                if ideal_ok {
+                    ideal -= 1.0;
+                    ideal_admitted += 1;
+                }
                 let ok = match c.strategy {
-                    Strategy::Leases => regions[r].admit(1, now + skew[r]) != Admit::Refused,
-                    Strategy::StaticSplit | Strategy::Independent => {
-                        let cap = if c.strategy == Strategy::StaticSplit {
-                            limit / n as u64
-                        } else {
-                            limit
-                        };
-                        match c.kind {
-                            Kind::Window { .. } => {
-                                let ok = local[r] < cap;
-                                local[r] += ok as u64;
-                                ok
-                            }
-                            Kind::Bucket { .. } => {
-                                let ok = tokens[r] >= 1.0;
-                                if ok {
-                                    tokens[r] -= 1.0;
-                                }
-                                ok
-                            }
+                    Strategy::Leases => regions[r].admit(1, clock(r, now)) != Admit::Refused,
+                    Strategy::StaticSplit | Strategy::Independent => match c.kind {
+                        Kind::Window { .. } => {
+                            let cap = if split { limit / n as u64 } else { limit };
+                            let ok = local[r] < cap;
+                            local[r] += ok as u64;
+                            ok
                         }
-                    }
+                        Kind::Bucket { .. } => {
+                            let ok = tokens[r] >= 1.0;
+                            tokens[r] -= ok as u64 as f64;
+                            ok
+                        }
+                    },
+                    // Every decision at home; a region cut off fails closed.
                     Strategy::SharedRedis => {
-                        // Every decision at home; a region cut off fails closed.
-                        !cut(r)
+                        let ok = !cut(r)
                             && match c.kind {
                                 Kind::Window { .. } => window_admitted < limit,
-                                Kind::Bucket { .. } => bucket_tokens >= 1.0,
-                            }
+                                Kind::Bucket { .. } => home_tokens >= 1.0,
+                            };
+                        home_tokens -= ok as u64 as f64;
+                        ok
                     }
                 };
                 if ok {
                     t.admitted += 1;
                     window_admitted += 1;
                     this_ms += 1;
-                    if c.strategy == Strategy::SharedRedis {
-                        bucket_tokens -= 1.0;
-                    }
-                } else {
-                    let left = match c.kind {
-                        Kind::Window { .. } => limit.saturating_sub(window_admitted),
-                        Kind::Bucket { .. } => bucket_tokens.max(0.0) as u64,
-                    };
-                    if left as f64 >= 0.05 * limit as f64 {
+                    reference -= 1.0;
+                    lowest = lowest.min(reference);
+                } else if let Kind::Window { .. } = c.kind {
+                    if limit.saturating_sub(window_admitted) as f64 >= 0.05 * limit as f64 {
                         t.wrong_denials += 1;
-                        if std::env::var_os("SIM_DEBUG").is_some() {
-                            eprintln!("wrong {} r{r} t={}ms left={left}", c.name, now / MS);
-                        }
                     }
                 }
             }
         }
-        if let Kind::Bucket { rate, burst } = c.kind {
-            let n = n as f64;
-            let (cap, add) = match c.strategy {
-                Strategy::StaticSplit => (burst as f64 / n, rate / n / 1000.0),
-                _ => (burst as f64, rate / 1000.0),
-            };
-            tokens.iter_mut().for_each(|x| *x = (*x + add).min(cap));
-            if c.strategy == Strategy::Leases {
-                // The global bucket's own view, for wrong denials: what is not yet admitted.
-                bucket_tokens -= this_ms as f64;
-            }
-        }
         t.per_ms.push(this_ms);
-        now += MS;
     }
+    let end = run;
     if matches!(c.kind, Kind::Window { .. }) {
         t.window_ratio.push(window_admitted as f64 / limit as f64);
+        if c.strategy == Strategy::Leases {
+            let lapsed: u64 = regions
+                .iter_mut()
+                .map(|r| r.lapsed(clock(r.index, end) + 1))
+                .sum();
+            t.stranded
+                .push((lapsed - lapsed_before) as f64 / limit as f64);
+        }
+    } else {
+        // A bucket: what the ideal bucket admitted beyond these, of the requests; and any
+        // admission beyond the exact bucket, as a fraction of its burst.
+        t.wrong_denials = ideal_admitted.saturating_sub(t.admitted);
+        t.excess = (-lowest).max(0.0) / limit as f64;
     }
     (t, run)
 }
@@ -436,6 +482,13 @@ fn main() {
                 "window 1000/60 s",
             ),
             (
+                Kind::Window {
+                    limit: 1_000,
+                    window_us: S,
+                },
+                "window 1000/1 s",
+            ),
+            (
                 Kind::Bucket {
                     rate: 1_000.0,
                     burst: 1_000,
@@ -487,10 +540,14 @@ fn main() {
     println!("| case | max admitted ÷ limit | utilisation | stranded | wrong denials | authority calls/s | added latency |");
     println!("|---|---|---|---|---|---|---|");
     for c in cases.iter().filter(|c| c.name.contains(&filter)) {
-        let (t, run) = run(c);
+        let (mut t, run) = run(c);
         let (max_ratio, util) = match c.kind {
             Kind::Window { .. } => {
                 let full: Vec<f64> = t.window_ratio.iter().skip(1).copied().collect();
+                // Stranded, on the same windows.
+                if !t.stranded.is_empty() {
+                    t.stranded.remove(0);
+                }
                 let max = t.window_ratio.iter().copied().fold(0.0, f64::max);
                 let util = if full.is_empty() {
                     0.0
@@ -500,10 +557,13 @@ fn main() {
                 (max, util.min(max))
             }
             Kind::Bucket { rate, burst } => {
-                let max = [100usize, 1_000, 10_000]
+                // Beyond the exact bucket at any moment (1 + excess ÷ burst), and the busiest
+                // interval of 0.1, 1 or 10 s against burst + rate × interval.
+                let intervals = [100usize, 1_000, 10_000]
                     .iter()
                     .map(|&l| interval_ratio(&t.per_ms, l, rate, burst))
                     .fold(0.0, f64::max);
+                let max = (1.0 + t.excess).max(intervals.min(1.0));
                 // Of what the bucket lets through in the run: its burst and its rate.
                 let util = t.admitted as f64 / (burst as f64 + rate * run as f64 / S as f64);
                 (max, util)
