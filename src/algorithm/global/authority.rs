@@ -1,7 +1,7 @@
 //! The home region's side of a global limit: one [`Authority`] per limit, whose state is the
 //! authority key in home's Redis. Only refill tasks call it, never a request.
 
-use super::terms::{Ask, Grant, Kind, OnPartition, Settings};
+use super::terms::{Ask, GlobalLimit, Grant, Kind, OnPartition};
 
 /// A region as the authority last saw it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -23,7 +23,7 @@ struct Seen {
 /// The home region's authority for one global limit (its state is the authority key).
 #[derive(Debug, Clone)]
 pub struct Authority {
-    settings: Settings,
+    settings: GlobalLimit,
     window: u64,
     issued: u64,
     /// Units issued already for the next window.
@@ -39,7 +39,7 @@ pub struct Authority {
 }
 
 impl Authority {
-    pub fn new(settings: Settings, regions: usize, now: u64) -> Authority {
+    pub fn new(settings: GlobalLimit, regions: usize, now: u64) -> Authority {
         let tokens = match settings.kind {
             Kind::Bucket { burst, .. } => burst as f64,
             Kind::Window { .. } => 0.0,

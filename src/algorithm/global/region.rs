@@ -1,7 +1,7 @@
 //! A region's side of a global limit: its lease, spent by requests without a round trip to
 //! home, and its refill task's arithmetic (when to ask, for how much, what to give back).
 
-use super::terms::{Ask, Grant, Kind, Settings};
+use super::terms::{Ask, GlobalLimit, Grant, Kind};
 
 /// Lease lifetimes are shortened, and starts delayed, by 1/DRIFT of themselves (0.1%): a
 /// region's clock may run at another rate than home's.
@@ -59,7 +59,7 @@ struct Chunk {
 #[derive(Debug, Clone)]
 pub struct Region {
     pub index: usize,
-    settings: Settings,
+    settings: GlobalLimit,
     chunks: Vec<Chunk>,
     demand: Rate,
     /// The round trip to home, smoothed (µs).
@@ -100,7 +100,7 @@ pub enum Admit {
 }
 
 impl Region {
-    pub fn new(index: usize, settings: Settings, rtt_guess_us: u64, now: u64) -> Region {
+    pub fn new(index: usize, settings: GlobalLimit, rtt_guess_us: u64, now: u64) -> Region {
         Region {
             index,
             settings,

@@ -7,7 +7,7 @@ pub enum Kind {
     /// `limit` units per window of `window_us`, windows aligned on the authority's clock.
     Window { limit: u64, window_us: u64 },
     /// A token bucket: `rate` tokens per second, at most `burst` held. A grant of tokens lapses
-    /// after [`Settings::lifetime_us`].
+    /// after [`GlobalLimit::lifetime_us`].
     Bucket { rate: f64, burst: u64 },
 }
 
@@ -22,7 +22,7 @@ pub enum OnPartition {
 
 /// How one global limit is run.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
+pub struct GlobalLimit {
     pub kind: Kind,
     pub on_partition: OnPartition,
     /// How often a region's refill task runs (and sends a heartbeat when it has nothing to ask).
@@ -36,7 +36,7 @@ pub struct Settings {
     pub caution_us: u64,
 }
 
-impl Settings {
+impl GlobalLimit {
     /// The units a region may spend per window while cut off (0 with `Refuse`).
     pub fn safe_units(&self) -> u64 {
         let s = match self.on_partition {

@@ -2,10 +2,10 @@
 
 use super::authority::Authority;
 use super::region::{Admit, Region};
-use super::terms::{Ask, Grant, Kind, OnPartition, Settings};
+use super::terms::{Ask, GlobalLimit, Grant, Kind, OnPartition};
 
-fn settings(limit: u64) -> Settings {
-    Settings {
+fn settings(limit: u64) -> GlobalLimit {
+    GlobalLimit {
         kind: Kind::Window {
             limit,
             window_us: 1_000_000,
@@ -98,7 +98,7 @@ fn a_silent_region_has_its_safe_share_counted_before_it_spends_it() {
 /// jumping between them, a quarter of the answers lost too with `lose_answers`: what each
 /// window admitted.
 fn lossy(on_partition: OnPartition, lose_answers: bool) -> Vec<u64> {
-    let s = Settings {
+    let s = GlobalLimit {
         on_partition,
         ..settings(500)
     };
@@ -175,4 +175,31 @@ fn no_window_admits_more_than_the_limit_whatever_the_network_does() {
 fn safe_shares_are_spent_once_per_window_and_counted() {
     let admitted = lossy(OnPartition::SafeShare(0.05), true);
     assert!(admitted.iter().all(|&n| n <= 500 + 3 * 25), "{admitted:?}");
+}
+
+/// Asks arrive but every answer is lost: the region counts itself cut off from its last answer,
+/// so the authority must too, though it hears the region every period.
+#[test]
+fn a_region_whose_answers_are_lost_is_silent_though_its_asks_arrive() {
+    let s = settings(100);
+    let mut a = Authority::new(s, 1, 0);
+    let ask = |t: u64| Ask {
+        region: 0,
+        want: 0,
+        demand: 0.0,
+        target: 0,
+        given_back: 0,
+        window: 0,
+        next: false,
+        // The last answer it received was the one of time 0.
+        last_answer: Some(0).filter(|_| t > 0),
+    };
+    let mut t = 0;
+    while t < 200_000 {
+        a.grant(&ask(t), t);
+        assert_eq!(a.issued(), 0, "at {t}");
+        t += 50_000;
+    }
+    a.grant(&ask(t), t);
+    assert_eq!(a.issued(), 5, "silent since its last answer, at {t}");
 }

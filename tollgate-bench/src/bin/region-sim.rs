@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use tollgate::algorithm::global::authority::Authority;
 use tollgate::algorithm::global::region::{Admit, Region};
-use tollgate::algorithm::global::terms::{Ask, Grant, Kind, OnPartition, Settings};
+use tollgate::algorithm::global::terms::{Ask, GlobalLimit, Grant, Kind, OnPartition};
 
 const MS: u64 = 1_000;
 const S: u64 = 1_000_000;
@@ -113,10 +113,10 @@ struct Tally {
     excess: f64,
 }
 
-fn settings(c: &Case) -> Settings {
+fn settings(c: &Case) -> GlobalLimit {
     let period_us = 50 * MS;
     let max_rtt = c.rtts_ms.iter().max().copied().unwrap_or(1) * MS;
-    Settings {
+    GlobalLimit {
         kind: c.kind,
         on_partition: c.on_partition,
         period_us,
