@@ -15,6 +15,7 @@ use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::RateLimitRequest;
 
 use crate::floods::{healthz, port_of, rss_kib};
+use crate::metrics::{scrape_url, value};
 use crate::support::binary::{Binary, Start, BIN};
 use crate::support::server::{descriptor, http_client, ports, req, TempConfig};
 use crate::support::xds::{domain, limit, ControlPlane, HOUR};
@@ -30,14 +31,20 @@ async fn client(bin: &Binary) -> RateLimitServiceClient<tonic::transport::Channe
         .expect("a gRPC client connects")
 }
 
-/// One plain call on a connection of its own: the server still serves others.
+/// One plain call on a connection of its own, and the admin port's `/healthz`: the server
+/// still serves others.
 async fn others_served(bin: &Binary) {
+    others_served_in(bin, "floods", ("k", "other")).await
+}
+
+async fn others_served_in(bin: &Binary, domain: &str, entry: (&str, &str)) {
     let answer = client(bin)
         .await
-        .should_rate_limit(req("floods", &[&[("k", "other")]]))
+        .should_rate_limit(req(domain, &[&[entry]]))
         .await
         .expect("another client is answered");
     assert_eq!(answer.into_inner().overall_code, OK);
+    assert!(healthz(bin).await);
 }
 
 /// HTTP/2 by hand, as an attacker writes it: frames, and headers as HPACK literals.
@@ -529,7 +536,8 @@ async fn a_million_distinct_keys_stay_inside_the_store_bound() {
         OVER_LIMIT,
         "the hot key's 1,001st charge is refused: it was never evicted"
     );
-    let evictions = metric(&bin, "tollgate_memory_evictions_total").await;
+    let scrape = scrape_url(&format!("{}/metrics", bin.http_url)).await;
+    let evictions = value(&scrape, "tollgate_memory_evictions_total", &[]);
     assert!(evictions > 100_000.0, "{evictions} evictions counted");
     // Charge the last round's keys again, one at a time: each is refused unless it was evicted.
     let mut readmitted = 0.0;
@@ -563,7 +571,7 @@ async fn a_million_distinct_keys_stay_inside_the_store_bound() {
     );
     peak = peak.max(rss_kib(pid));
     let after = rss_kib(pid);
-    others_served_on(&bin).await;
+    others_served_in(&bin, "flood", ("hot", "another")).await;
     println!(
         "1,000,000 keys in {flood_took:?}: {evictions} evictions, {readmitted} of 200 re-admitted; \
          RSS {before} KiB before, peak {peak} KiB, {after} KiB after (bound {BOUND_MIB} MiB + \
@@ -573,29 +581,4 @@ async fn a_million_distinct_keys_stay_inside_the_store_bound() {
         peak < (BOUND_MIB + MARGIN_MIB) * 1024,
         "peak RSS {peak} KiB past {BOUND_MIB} MiB + {MARGIN_MIB} MiB"
     );
-}
-
-async fn others_served_on(bin: &Binary) {
-    let answer = client(bin)
-        .await
-        .should_rate_limit(req("flood", &[&[("hot", "another")]]))
-        .await
-        .expect("another client is answered");
-    assert_eq!(answer.into_inner().overall_code, OK);
-    assert!(healthz(bin).await);
-}
-
-async fn metric(bin: &Binary, name: &str) -> f64 {
-    let text = http_client()
-        .get(format!("{}/metrics", bin.http_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics"))
 }

@@ -18,19 +18,29 @@ fn settings(limit: u64) -> GlobalLimit {
     }
 }
 
+/// A heartbeat from `region` (it wants nothing), confirming the answer of `last_answer`.
+fn heartbeat(region: usize, last_answer: Option<u64>) -> Ask {
+    Ask {
+        region,
+        want: 0,
+        demand: 0.0,
+        target: 0,
+        given_back: 0,
+        window: 0,
+        next: false,
+        last_answer,
+    }
+}
+
 #[test]
 fn grants_never_exceed_the_limit_and_lapse_with_the_window() {
     let s = settings(100);
     let mut a = Authority::new(s, 2, 0);
     let ask = |region, want| Ask {
-        region,
         want,
         demand: 50.0,
         target: want,
-        given_back: 0,
-        window: 0,
-        next: false,
-        last_answer: None,
+        ..heartbeat(region, None)
     };
     let g = a.grant(&ask(0, 80), 10);
     let h = a.grant(&ask(1, 80), 20);
@@ -52,16 +62,7 @@ fn grants_never_exceed_the_limit_and_lapse_with_the_window() {
 fn a_silent_region_has_its_safe_share_counted_before_it_spends_it() {
     let s = settings(100);
     let mut a = Authority::new(s, 1, 0);
-    let hb = Ask {
-        region: 0,
-        want: 0,
-        demand: 0.0,
-        target: 0,
-        given_back: 0,
-        window: 0,
-        next: false,
-        last_answer: None,
-    };
+    let hb = heartbeat(0, None);
     // The region's one answer came at 10 (sent at 0 by the authority's clock).
     let g = a.grant(&hb, 0);
     a.advance(199_999);
@@ -183,17 +184,8 @@ fn safe_shares_are_spent_once_per_window_and_counted() {
 fn a_region_whose_answers_are_lost_is_silent_though_its_asks_arrive() {
     let s = settings(100);
     let mut a = Authority::new(s, 1, 0);
-    let ask = |t: u64| Ask {
-        region: 0,
-        want: 0,
-        demand: 0.0,
-        target: 0,
-        given_back: 0,
-        window: 0,
-        next: false,
-        // The last answer it received was the one of time 0.
-        last_answer: Some(0).filter(|_| t > 0),
-    };
+    // The last answer it received was the one of time 0.
+    let ask = |t: u64| heartbeat(0, Some(0).filter(|_| t > 0));
     let mut t = 0;
     while t < 200_000 {
         a.grant(&ask(t), t);
