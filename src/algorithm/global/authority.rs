@@ -16,8 +16,6 @@ struct Seen {
     acked: u64,
     /// Its safe share is counted as issued in the current window.
     safe_counted: bool,
-    /// Granted in the current window.
-    granted: u64,
 }
 
 /// The home region's authority for one global limit (its state is the authority key).
@@ -99,7 +97,6 @@ impl Authority {
             self.short = false;
             for r in &mut self.regions {
                 r.safe_counted = false;
-                r.granted = 0;
             }
         }
         let safe = self.settings.safe_units();
@@ -160,8 +157,6 @@ impl Authority {
         if ask.given_back > 0 && ask.window == w {
             if let Kind::Window { .. } = self.settings.kind {
                 self.issued = self.issued.saturating_sub(ask.given_back);
-                let r = &mut self.regions[ask.region];
-                r.granted = r.granted.saturating_sub(ask.given_back);
             }
         }
         let next = ask.next && matches!(self.settings.kind, Kind::Window { .. });
@@ -211,9 +206,6 @@ impl Authority {
             Kind::Window { .. } if next => self.issued_next += units,
             Kind::Window { .. } => self.issued += units,
             Kind::Bucket { .. } => self.tokens -= units as f64,
-        }
-        if !next {
-            self.regions[ask.region].granted += units;
         }
         Grant {
             units,
