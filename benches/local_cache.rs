@@ -51,6 +51,7 @@ fn params() -> LimitParams {
         borrow_until: 0,
         fair_floor: 0,
         fair_cap: 0,
+        ends_at_us: 0,
     }
 }
 

@@ -218,6 +218,7 @@ pub fn state(data: &[u8]) {
         borrow_until: 0,
         fair_floor: 0,
         fair_cap: 0,
+        ends_at_us: 0,
     };
     let _ = decode_state(&params, raw);
 }

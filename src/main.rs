@@ -17,6 +17,7 @@ use tollgate::service::settings::{HeaderNames, Settings};
 use tollgate::service::validate::Bounds;
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::options::{ClockSource, RedisOptions};
+use tollgate::store::redis::regional::RegionOptions;
 use tollgate::store::redis::RedisStore;
 use tollgate::telemetry::logging;
 use tollgate::telemetry::metrics::Metrics;
@@ -75,6 +76,7 @@ fn main() -> ExitCode {
                     &LoadOptions {
                         merge_domains: args.merge_domains,
                         usage_domains: args.usage_domains.unwrap_or_default(),
+                        region: args.region,
                         ..LoadOptions::default()
                     },
                 )?;
@@ -237,6 +239,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             files: args.config_files,
             usage_domains: args.usage_domains.clone().unwrap_or_default(),
             stats: statistics.clone(),
+            region: args.regions.region.clone(),
         },
         metrics_path: args.metrics_path.clone(),
         settings,
@@ -254,6 +257,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     );
     let running = match &args.redis_url {
+        None if args.regions.region.is_some() => {
+            anyhow::bail!("--region needs --redis-url: a region's leases live in its Redis")
+        }
         None => {
             let store = MemoryStore::new(Arc::new(SystemClock))
                 .with_metrics(metrics)
@@ -293,6 +299,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     .zip(args.redis_client_key.clone()),
             };
             let store = RedisStore::connect(redis, Arc::new(SystemClock))?;
+            if let Some(region) = &args.regions.region {
+                store
+                    .with_region(RegionOptions {
+                        region: region.clone(),
+                        homes: args.regions.region_redis.clone(),
+                    })
+                    .map_err(anyhow::Error::msg)?;
+            }
             store
                 .check_wait_replicas(args.redis_connect_timeout * 3)
                 .await?;

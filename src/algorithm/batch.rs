@@ -372,6 +372,7 @@ pub(crate) mod tests {
             borrow_until: 0,
             fair_floor: 0,
             fair_cap: 0,
+            ends_at_us: 0,
         }
     }
 

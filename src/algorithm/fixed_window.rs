@@ -20,8 +20,12 @@ pub fn used(w: Option<&Window>) -> u64 {
     w.map_or(0, |w| w.count)
 }
 
-/// The end of a window that starts now: the epoch-aligned window's, or the calendar period's.
+/// The end of a window that starts now: the epoch-aligned window's, the calendar period's, or
+/// the one given (`ends_at_us`: a global limit's lease).
 pub fn fresh_end(p: &LimitParams, now: u64) -> u64 {
+    if p.ends_at_us > 0 {
+        return p.ends_at_us;
+    }
     match &p.calendar {
         Some(c) => c.end_of(now),
         None => now - now % p.window_us + p.window_us,

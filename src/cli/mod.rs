@@ -4,6 +4,7 @@
 pub mod compat;
 pub mod counters;
 pub mod query;
+pub mod region;
 pub mod top;
 pub mod traces;
 
@@ -113,6 +114,8 @@ pub struct ServeArgs {
     pub statsd: crate::telemetry::stats::statsd::StatsdArgs,
     #[command(flatten)]
     pub admin: crate::cli::counters::AdminArgs,
+    #[command(flatten)]
+    pub regions: crate::cli::region::RegionArgs,
     /// gRPC server TLS: certificate chain (PEM). Needs --grpc-tls-key.
     #[arg(long, env = "TOLLGATE_GRPC_TLS_CERT", requires = "grpc_tls_key")]
     pub grpc_tls_cert: Option<PathBuf>,
@@ -500,6 +503,9 @@ pub struct CheckConfigArgs {
     /// As `serve --usage-domains`: the limits printed are the ones serve would enforce.
     #[arg(long, env = "TOLLGATE_USAGE_DOMAINS", value_parser = UsageDomains::parse)]
     pub usage_domains: Option<UsageDomains>,
+    /// As `serve --region`: a global limit must list it.
+    #[arg(long, env = "TOLLGATE_REGION")]
+    pub region: Option<String>,
 }
 
 #[derive(Debug, Args)]

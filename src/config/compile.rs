@@ -14,6 +14,7 @@ use super::{Domain, DomainPolicy, Level, Pattern, Rule};
 use crate::config::error::{
     ConfigError, ConfigProblem, LeaseError, LimitError, PricesError, RuleError,
 };
+use crate::config::global::compile_global;
 use crate::config::pool::{
     RawFairShare, RawShares, DEFAULT_ABOVE, DEFAULT_BORROW_UNTIL, DEFAULT_MAX_TENANTS,
 };
@@ -184,6 +185,7 @@ fn compile_rule(
         let replaces = compile_replaces(&rl).map_err(at)?;
         let raw_shares = rl.shares.take();
         let raw_fair = rl.fair_share.take();
+        let raw_global = rl.global.take();
         if rl.unlimited {
             if rl.unit.as_deref().is_some_and(|u| !u.is_empty()) {
                 return Err(RuleError::UnlimitedWithUnit(full_key));
@@ -209,6 +211,13 @@ fn compile_rule(
                 return Err(at(LimitError::SharesWith("overdraft")));
             }
             limit.shares = Some(Arc::new(compile_shares(&limit, raw_shares)));
+        }
+        if let Some(raw_global) = raw_global {
+            if limit.params.overdraft {
+                return Err(at(LimitError::GlobalWith("overdraft")));
+            }
+            let id = format!("{full_key}|{}", limit.key_suffix);
+            limit.global = Some(Arc::new(compile_global(raw_global, id)));
         }
         if let Some(raw_fair) = raw_fair {
             if limit.params.overdraft {
@@ -332,6 +341,7 @@ fn compile_limit(
         borrow_until: 0,
         fair_floor: 0,
         fair_cap: 0,
+        ends_at_us: 0,
     };
     if params.max_wait_us as u128 * params.limit as u128
         > crate::limit::DEBT_CAP_FACTOR as u128 * params.burst as u128 * params.window_us as u128
@@ -447,6 +457,7 @@ fn compile_fair_share(pool: &Limit, raw: RawFairShare) -> FairShare {
             borrow_until: ((above * pool.params.limit as f64).floor() as u64).max(1),
             fair_floor: floor,
             fair_cap: 0,
+            ends_at_us: 0,
             ..pool.params
         },
     );

@@ -264,6 +264,32 @@ pub enum LimitError {
     SpendTooLarge(u64),
     #[error("a spend limit needs the domain's prices: (a price table per model and token kind)")]
     SpendWithoutPrices,
+    #[error(
+        "global cannot be a sliding_window: a lease granted in one sliding window is spent in the next, overlapping one, so no window's total could be bounded (use fixed_window)"
+    )]
+    GlobalSliding,
+    #[error("global needs algorithm fixed_window (found {0}); a global token bucket is simulated (region-sim), not served yet")]
+    GlobalAlgorithm(&'static str),
+    #[error("global cannot be combined with {0}")]
+    GlobalWith(&'static str),
+    #[error("invalid region name '{0}': 1 to 64 of A-Z, a-z, 0-9, _, - and .")]
+    GlobalRegionName(String),
+    #[error("global regions: expected 1 to 64 regions, found {0}")]
+    GlobalRegions(usize),
+    #[error("global regions: '{0}' is listed twice")]
+    GlobalRegionTwice(String),
+    #[error("global home '{0}' is not one of its regions")]
+    GlobalHomeNotListed(String),
+    #[error("global safe_share needs on_partition: safe_share")]
+    GlobalSafeShareWithRefuse,
+    #[error("global safe_share {0}: expected a fraction of the limit above 0 and at most 0.5")]
+    GlobalSafeShare(String),
+    #[error("global on_partition '{0}': expected refuse or safe_share")]
+    GlobalOnPartition(String),
+    #[error("global limit '{0}' needs this instance's region (--region, TOLLGATE_REGION)")]
+    GlobalWithoutRegion(String),
+    #[error("global limit '{id}' is not shared by this instance's region '{region}' (its regions: list)")]
+    GlobalNotListed { id: String, region: String },
     #[error(transparent)]
     Lease(#[from] LeaseError),
     /// A lease a usage domain (`--usage-domains`) makes impossible: its limits are overdraft

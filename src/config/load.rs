@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::compile::compile_file;
+use crate::config::global::check_region;
 
 use super::{Config, Domain, Level};
 
@@ -24,6 +25,9 @@ pub struct LoadOptions {
     pub usage_domains: UsageDomains,
     /// envoyproxy/ratelimit's statistics, bound to each compiled rule (`None`: off).
     pub stats: Option<std::sync::Arc<crate::telemetry::stats::registry::Statistics>>,
+    /// This instance's region (`--region`): a file with a global limit that does not list it,
+    /// or any global limit without it, is refused.
+    pub region: Option<String>,
 }
 
 /// Which files of a config directory are read (subdirectories never are).
@@ -88,6 +92,16 @@ pub fn compile_sources(
     let mut config = Config::default();
     for (name, text) in sources {
         let mut domain = compile_file(name, text, &opts.usage_domains)?;
+        check_region(&domain, opts.region.as_deref()).map_err(|problem| {
+            ConfigError::new(
+                name,
+                None,
+                RuleError::Limit {
+                    full_key: domain.name.clone(),
+                    problem,
+                },
+            )
+        })?;
         if let Some(stats) = &opts.stats {
             crate::config::bind::bind(&mut domain, stats);
         }

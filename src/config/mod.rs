@@ -7,6 +7,7 @@
 pub mod bind;
 pub mod compile;
 pub mod error;
+pub mod global;
 pub mod load;
 mod pool;
 mod raw;
@@ -170,6 +171,23 @@ pub struct Rule {
     pub children: Level,
 }
 
+impl Config {
+    /// Every global limit (`global:`), in a stable order.
+    pub fn global_limits(&self) -> Vec<Arc<Limit>> {
+        let mut names: Vec<&String> = self.domains.keys().collect();
+        names.sort();
+        let mut out = Vec::new();
+        for n in names {
+            self.domains[n].root.each_limit(&mut |l| {
+                if l.global.is_some() {
+                    out.push(l.clone());
+                }
+            });
+        }
+        out
+    }
+}
+
 impl Level {
     /// envoyproxy/ratelimit's precedence: exact key+value, then the first matching
     /// wildcard in config order, then the key-only rule.
@@ -184,6 +202,14 @@ impl Level {
 
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// Calls `f` with every limit of this level and the levels below it.
+    pub fn each_limit(&self, f: &mut dyn FnMut(&Arc<Limit>)) {
+        for rule in self.rules() {
+            rule.limits.iter().for_each(&mut *f);
+            rule.children.each_limit(f);
+        }
     }
 
     /// Every rule of this level, in a stable order.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::base::duration;
 use crate::config::error::LimitError;
+use crate::config::global::{check_global, RawGlobal};
 use crate::config::pool::{check_fair_share, check_shares, Pool, RawFairShare, RawShares};
 use crate::limit::unit::Unit;
 use crate::limit::Algorithm;
@@ -190,6 +191,9 @@ pub struct RawLimit {
     /// tollgate: on a shared fixed window, a fair share among the pool's active tenants.
     #[serde(default)]
     pub fair_share: Option<RawFairShare>,
+    /// tollgate: one limit across regions (docs/multi-region.md).
+    #[serde(default)]
+    pub global: Option<RawGlobal>,
 }
 
 /// A limit read from a file, its fields checked against each other as it was read (calendar
@@ -411,6 +415,20 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
             return Err(LimitError::FairShareWith("shares"));
         }
         check_fair_share(pool, fair)?;
+    }
+    if let Some(g) = &rl.global {
+        let with = [
+            (
+                !rl.shared,
+                "shared: false (a global limit is one counter: shared: true)",
+            ),
+            (rl.calendar.is_some(), "calendar"),
+            (rl.lease.is_some(), "lease"),
+            (rl.overdraft, "overdraft"),
+            (rl.shares.is_some(), "shares"),
+            (rl.fair_share.is_some(), "fair_share"),
+        ];
+        check_global(g, algorithm, &with)?;
     }
     if let Some(spend) = rl.spend {
         if rl.requests_per_unit.is_some() {

@@ -8,6 +8,7 @@
 
 pub mod calendar;
 pub mod money;
+pub mod regions;
 pub mod unit;
 
 use crate::limit::calendar::Calendar;
@@ -94,6 +95,10 @@ pub struct LimitParams {
     /// The count of a pool's active tenants (a fixed window charged nothing): the most
     /// tenants it counts (`limit` is the same). 0: an ordinary limit.
     pub fair_cap: u64,
+    /// A fixed window whose end is given, not computed (µs on the wall clock; 0: computed):
+    /// a global limit's regional lease, which is counted per window of the authority's
+    /// (`docs/multi-region.md`), not per window of this instance's clock.
+    pub ends_at_us: u64,
 }
 
 /// Debt beyond a full limit is capped at this many times its capacity: usage (an overdraft's
@@ -150,6 +155,9 @@ pub struct Limit {
     /// `fair_share:` on a shared pool: a fair share among its active tenants (see
     /// [`FairShare`]).
     pub fair_share: Option<std::sync::Arc<FairShare>>,
+    /// `global:`: one limit across regions, spent from this region's lease (see
+    /// [`regions`]).
+    pub global: Option<std::sync::Arc<regions::AcrossRegions>>,
 }
 
 /// The `limit` label of every request's own `limit` override.
@@ -172,6 +180,7 @@ impl Limit {
             spend: false,
             shares: None,
             fair_share: None,
+            global: None,
         }
     }
 
@@ -194,6 +203,7 @@ impl Limit {
                 borrow_until: 0,
                 fair_floor: 0,
                 fair_cap: 0,
+                ends_at_us: 0,
             },
         );
         limit.metric_label = OVERRIDE_LABEL.to_string();

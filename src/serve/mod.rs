@@ -272,6 +272,11 @@ async fn start_serving(
         metrics.clone(),
     ));
     tokio::spawn(upkeep(store.clone(), shutdown.clone()));
+    if let AnyStore::Redis(redis) = &*store {
+        if let Some(regional) = redis.regional() {
+            tokio::spawn(regional.run(config.clone(), shutdown.clone()));
+        }
+    }
 
     let drain = {
         let shutdown = shutdown.clone();

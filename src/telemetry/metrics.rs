@@ -126,6 +126,7 @@ pub struct Metrics {
     /// The running xDS config's version, as one series labelled with it.
     xds_version: Family<VersionLabels, Gauge>,
     pub local_cache_hits: Counter,
+    pub global: crate::telemetry::global_metrics::GlobalMetrics,
     /// Answers held until they fit (`max_wait`), and for how long in all.
     pub held: Counter,
     pub held_seconds: Counter<f64, AtomicU64>,
@@ -271,6 +272,7 @@ impl Metrics {
             "The running xDS config's version_info, as the label of a series set to 1",
             xds_version.clone(),
         );
+        let global = crate::telemetry::global_metrics::GlobalMetrics::register(&mut registry);
         let local_cache_hits = Counter::default();
         registry.register(
             "tollgate_local_cache_hits",
@@ -393,6 +395,7 @@ impl Metrics {
             xds_nacks,
             xds_version,
             local_cache_hits,
+            global,
             held,
             held_seconds,
             held_full,

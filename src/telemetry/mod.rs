@@ -5,6 +5,7 @@
 //! Imports `base` and `pb`.
 
 pub mod counted;
+pub mod global_metrics;
 pub mod latency;
 pub mod logging;
 pub mod metrics;

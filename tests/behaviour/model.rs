@@ -165,6 +165,7 @@ fn params(
             borrow_until: 0,
             fair_floor: 0,
             fair_cap: 0,
+            ends_at_us: 0,
         },
     )
 }
@@ -755,6 +756,7 @@ fn store_scenario() -> impl Strategy<Value = (Vec<LimitParams>, u64, Vec<(u64, V
                 borrow_until: 0,
                 fair_floor: 0,
                 fair_cap: 0,
+                ends_at_us: 0,
             },
         );
     prop::collection::vec(limit, 1..=3).prop_flat_map(|ps| {

@@ -138,6 +138,7 @@ fn limits(rng: &mut Rng) -> Vec<LimitParams> {
                 borrow_until: 0,
                 fair_floor: 0,
                 fair_cap: 0,
+                ends_at_us: 0,
             }
         })
         .collect()

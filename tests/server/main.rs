@@ -11,6 +11,7 @@ mod envoyproxy_stats;
 mod fallback;
 mod flood_bounds;
 mod floods;
+mod global_regions;
 mod grpc;
 mod imports;
 mod layout;

@@ -4,7 +4,7 @@
 use super::terms::{Ask, GlobalLimit, Grant, Kind, OnPartition};
 
 /// A region as the authority last saw it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 struct Seen {
     demand: f64,
     target: u64,
@@ -19,7 +19,7 @@ struct Seen {
 }
 
 /// The home region's authority for one global limit (its state is the authority key).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Authority {
     settings: GlobalLimit,
     window: u64,
@@ -68,6 +68,22 @@ impl Authority {
     /// the answers the regions confirmed (the old ones' included: never later than theirs).
     pub fn take_over(&mut self, now: u64) {
         self.cautious_until = now + self.settings.caution_us;
+    }
+
+    /// The service read this state from home's Redis: the config may have changed the limit
+    /// or added regions since it was written (what was issued stays issued).
+    pub fn reconfigure(&mut self, settings: GlobalLimit, regions: usize) {
+        self.settings = settings;
+        if self.regions.len() < regions {
+            let acked = self.refilled_at;
+            self.regions.resize(
+                regions,
+                Seen {
+                    acked,
+                    ..Seen::default()
+                },
+            );
+        }
     }
 
     fn window_of(&self, now: u64) -> u64 {

@@ -195,6 +195,71 @@ impl Region {
         Admit::Refused
     }
 
+    /// Once the window is short: what this region holds beyond two round trips and two
+    /// periods of its own demand.
+    pub fn surplus(&mut self, now: u64) -> u64 {
+        let keep = (self.target(now) * 2 / 3).max(1);
+        self.headroom(now).saturating_sub(keep)
+    }
+
+    /// `units` of `window` were removed from this region's lease (in the service, counted as
+    /// spent in its Redis first): they come off its chunks, and the next ask reports them.
+    pub fn gave_back(&mut self, window: u64, units: u64, now: u64) {
+        let mut surplus = units;
+        if self.given_back > 0 && self.given_back_window != window {
+            // Not yet reported, of another window: those units lapse unspent.
+            self.lapsed += self.given_back;
+            self.given_back = 0;
+        }
+        let current =
+            |c: &&mut Chunk| c.window == window && c.starts_at <= now && c.lapses_at > now;
+        for c in self.chunks.iter_mut().filter(current) {
+            let take = surplus.min(c.units);
+            c.units -= take;
+            surplus -= take;
+            self.given_back += take;
+            self.given_back_window = window;
+        }
+    }
+
+    /// The service's request path: `units` were spent from the regional pool (in the
+    /// region's Redis, by any instance) since the refill task last looked. They come off the
+    /// lease's chunks as [`Region::admit`] takes them, and count as demand.
+    pub fn spent(&mut self, units: u64, now: u64) {
+        self.demand.add(units, now);
+        self.drop_lapsed(now);
+        let mut need = units;
+        for c in self.chunks.iter_mut().filter(|c| c.starts_at <= now) {
+            let take = need.min(c.units);
+            c.units -= take;
+            need -= take;
+        }
+    }
+
+    /// The service's request path: `units` were refused for want of lease since the refill
+    /// task last looked. They count as demand, and a region without a lease asks for one.
+    pub fn refused(&mut self, units: u64, now: u64) {
+        if units > 0 {
+            self.demand.add(units, now);
+            self.refused = true;
+        }
+    }
+
+    /// Cut off with a safe share: the authority's window whose share may be spent, its units,
+    /// and when it may be spent (from, until), on this region's clock.
+    pub fn safe_share_at(&self, now: u64) -> Option<(u64, u64, u64, u64)> {
+        let units = self.settings.safe_units();
+        if units == 0 || !self.cut_off(now) {
+            return None;
+        }
+        let Kind::Window { window_us, .. } = self.settings.kind else {
+            return None;
+        };
+        let window = self.safe_window_at(now)?;
+        let end = self.window_end?;
+        Some((window, units, end - window_us + self.rtt_us as u64, end))
+    }
+
     /// The window whose safe share may be spent at `now`: a fixed window's index, once this
     /// region is sure the authority's window has begun (its known end, itself early by up to a
     /// round trip, plus a round trip) and before its known end; a bucket's local period.
@@ -315,24 +380,8 @@ impl Region {
             });
         }
         if grant.reclaim {
-            // Keep two round trips of demand; give the rest of this window's units back.
-            let keep = (self.target(now) * 2 / 3).max(1);
-            let mut surplus = self.headroom(now).saturating_sub(keep);
-            if self.given_back > 0 && self.given_back_window != grant.window {
-                // Not yet reported, of another window: those units lapse unspent.
-                self.lapsed += self.given_back;
-                self.given_back = 0;
-            }
-            let current = |c: &&mut Chunk| {
-                c.window == grant.window && c.starts_at <= now && c.lapses_at > now
-            };
-            for c in self.chunks.iter_mut().filter(current) {
-                let take = surplus.min(c.units);
-                c.units -= take;
-                surplus -= take;
-                self.given_back += take;
-                self.given_back_window = grant.window;
-            }
+            let surplus = self.surplus(now);
+            self.gave_back(grant.window, surplus, now);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! other: an [`Ask`] each period, a [`Grant`] back.
 
 /// What kind of limit is global.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Kind {
     /// `limit` units per window of `window_us`, windows aligned on the authority's clock.
     Window { limit: u64, window_us: u64 },
@@ -12,7 +12,7 @@ pub enum Kind {
 }
 
 /// What a region does once it cannot reach the authority.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum OnPartition {
     /// Spend what the lease holds, then refuse.
     Refuse,
@@ -21,7 +21,7 @@ pub enum OnPartition {
 }
 
 /// How one global limit is run.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GlobalLimit {
     pub kind: Kind,
     pub on_partition: OnPartition,

@@ -26,6 +26,7 @@ use super::inner::Inner;
 use super::lease;
 use super::local_cache::Lookup;
 use super::options::LATE_REPLY;
+use super::regional::board;
 use super::script::{self, args, parse_reply, CallHead};
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
@@ -99,7 +100,11 @@ impl Inner {
         } else {
             Layout::OneNode
         };
-        let placed = place(plan, &inner.prefix, layout).into_owned();
+        let mut placed = place(plan, &inner.prefix, layout).into_owned();
+        let regional = inner.regional.get().filter(|_| board::has_global(plan));
+        if let Some(r) = regional {
+            r.board.place(plan, &mut placed, inner.wall.now_us());
+        }
         let mut dry_first = false;
         if mode == Mode::Decide {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
@@ -165,6 +170,9 @@ impl Inner {
                 Cause::Timeout(Some(inner.opts.timeout)),
             )),
         };
+        if let (Some(r), Ok((outcomes, _))) = (regional, &result) {
+            r.board.count(plan, mode, outcomes);
+        }
         result.map_err(|e| inner.clients.explain(e))
     }
 

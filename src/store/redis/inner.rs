@@ -30,6 +30,8 @@ pub(super) struct Inner {
     pub(super) migrations: Migrations,
     /// The instance clock, for the local cache.
     pub(super) wall: Arc<dyn Clock>,
+    /// This instance's region, when it has one (`--region`): global limits' leases.
+    pub(super) regional: std::sync::OnceLock<Arc<super::regional::inner::Regional>>,
 }
 
 impl Inner {

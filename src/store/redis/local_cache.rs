@@ -61,6 +61,8 @@ fn cacheable(s: &PlacedCharge<'_>) -> bool {
         && !s.params.overdraft
         && s.params.max_wait_us == 0
         && !s.params.is_pool_part()
+        // A global limit's lease grows as grants come: a denial says nothing about the next.
+        && s.params.ends_at_us == 0
         && s.params.algorithm != crate::limit::Algorithm::Concurrency
 }
 
@@ -202,6 +204,7 @@ mod tests {
             borrow_until: 0,
             fair_floor: 0,
             fair_cap: 0,
+            ends_at_us: 0,
         }
     }
 

@@ -34,6 +34,7 @@ pub mod local_cache;
 mod marker;
 mod migration;
 pub mod options;
+pub mod regional;
 mod replicas;
 pub mod replication;
 pub mod script;
@@ -146,6 +147,7 @@ impl RedisStore {
                 prefix: format!("{}{KEY_FORMAT}", opts.key_prefix),
                 opts,
                 wall,
+                regional: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -153,6 +155,25 @@ impl RedisStore {
     /// Refuses a `--redis-wait-replicas` that no decision could meet (a primary with fewer
     /// replicas than that at all), once Redis answers within `within`. `Ok` when it is met, off,
     /// or Redis did not answer in time (upkeep checks again when it does, and logs an error).
+    /// Gives this instance a region (`--region`): global limits are then spent from the
+    /// region's lease. Once; before serving.
+    pub fn with_region(
+        &self,
+        opts: regional::RegionOptions,
+    ) -> Result<(), regional::error::RegionalError> {
+        let inner = &self.inner;
+        let r = regional::inner::Regional::new(opts, &inner.opts, inner.clients.main().clone())?;
+        inner
+            .regional
+            .set(Arc::new(r))
+            .map_err(|_| regional::error::RegionalError::AlreadySet)
+    }
+
+    /// This instance's part in global limits, when it has a region.
+    pub fn regional(&self) -> Option<Arc<regional::inner::Regional>> {
+        self.inner.regional.get().cloned()
+    }
+
     pub async fn check_wait_replicas(
         &self,
         within: std::time::Duration,

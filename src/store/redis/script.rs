@@ -66,6 +66,15 @@ pub struct Script {
 }
 
 impl Script {
+    /// `lua/global.lua`: one limit across regions (`super::regional`).
+    pub fn global() -> Script {
+        let lua = include_str!("../../../lua/global.lua");
+        Script {
+            lua,
+            sha: fred::util::sha1_hash(lua),
+        }
+    }
+
     pub fn tollgate() -> Script {
         let lua = include_str!("../../../lua/tollgate.lua");
         Script {
@@ -304,6 +313,11 @@ pub fn args(
         });
         packed.push(p.limit);
         match &p.calendar {
+            // A given end: both choices are it (the script picks the first after its clock).
+            None if p.ends_at_us > 0 => {
+                packed.push_signed(-(p.ends_at_us as i64));
+                packed.push(p.ends_at_us);
+            }
             // A negative window: the script reads the two period ends (window and burst).
             Some(c) => {
                 let clock = now.map_or_else(|| SystemClock.now_us(), |t| t.max(0) as u64);

@@ -1,0 +1,163 @@
+//! What this instance knows of its region's leases: per global limit, the pool's windows as
+//! last read from the region's Redis, and what requests admitted and refused since the last
+//! flush. The request path reads it to charge a global limit against its lease; it never
+//! waits on home, nor on anything but the charge's own script call.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::time::Instant;
+
+use crate::algorithm::rule::ChargeOutcome;
+use crate::algorithm::rule::Mode;
+use crate::plan::Plan;
+use crate::store::placement::Placed;
+
+/// A view of the pool is used for at most this long after it was read: an instance that
+/// cannot read its region's pool stops spending it.
+pub const VIEW_LIFE: Duration = Duration::from_millis(500);
+
+/// A lease's counter lives this long past its window's lapse (at least): never reset while
+/// the window can be spent, whatever the instances' clocks.
+const KEEP_PAST_LAPSE_US: u64 = 60_000_000;
+
+/// One window of a region's pool, on this instance's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolWindow {
+    /// The authority's window.
+    pub index: u64,
+    /// Units granted to the region for it (its safe share added while cut off).
+    pub units: u64,
+    /// Of them, the safe share.
+    pub safe: u64,
+    pub from: Instant,
+    pub until: Instant,
+}
+
+/// One global limit's lease, as this instance knows it.
+#[derive(Debug, Default)]
+pub struct LeaseView {
+    windows: Mutex<(Vec<PoolWindow>, Option<Instant>)>,
+    /// Units admitted and refused here since the last flush (the refill task's demand).
+    pub admitted: AtomicU64,
+    pub refused: AtomicU64,
+    /// What the refill task last heard from home (this instance's, if it holds the lock):
+    /// the authority's issued count, and when.
+    pub issued: Mutex<Option<(u64, Instant)>>,
+    /// The lease counter's key without its window (`<prefix>{tag}|…`), as the request path
+    /// places it: learnt from a request, or from the pool (any instance writes it there).
+    pub key: std::sync::OnceLock<String>,
+}
+
+impl LeaseView {
+    /// The window spendable at `now`, if the view is fresh.
+    pub fn spendable(&self, now: Instant) -> Option<PoolWindow> {
+        let w = self.windows.lock();
+        let read = w.1?;
+        if now.saturating_duration_since(read) > VIEW_LIFE {
+            return None;
+        }
+        w.0.iter()
+            .find(|p| p.from <= now && now < p.until && p.units > 0)
+            .copied()
+    }
+
+    /// Every window last read (for `/counters` and the status page).
+    pub fn windows(&self) -> (Vec<PoolWindow>, Option<Instant>) {
+        self.windows.lock().clone()
+    }
+
+    pub fn set(&self, windows: Vec<PoolWindow>, read: Instant) {
+        *self.windows.lock() = (windows, Some(read));
+    }
+}
+
+/// Every global limit's lease, by the limit's id.
+#[derive(Debug, Default)]
+pub struct Board {
+    leases: RwLock<HashMap<String, Arc<LeaseView>>>,
+}
+
+impl Board {
+    pub fn lease(&self, id: &str) -> Arc<LeaseView> {
+        if let Some(l) = self.leases.read().get(id) {
+            return l.clone();
+        }
+        self.leases
+            .write()
+            .entry(id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<LeaseView>> {
+        self.leases.read().get(id).cloned()
+    }
+
+    /// Forgets the limits the config no longer has.
+    pub fn retain(&self, ids: &[String]) {
+        self.leases.write().retain(|id, _| ids.contains(id));
+    }
+
+    /// The request path: every global limit of `plan` is charged against this region's
+    /// lease, a counter of its own per authority window (`…|g<window>`) whose limit is what
+    /// the region holds for it, kept until well past its lapse. Without a lease the charge is
+    /// against nothing (limit 0) and refused. `wall_us`: the clock the store's script counts
+    /// windows on.
+    pub fn place(&self, plan: &Plan<'_>, placed: &mut Placed<'_>, wall_us: u64) {
+        let now = Instant::now();
+        for (c, spec) in plan.charges.iter().zip(placed.charges.iter_mut()) {
+            let Some(g) = &c.limit.global else {
+                continue;
+            };
+            let lease = self.get(&g.id);
+            if let Some(l) = &lease {
+                l.key.get_or_init(|| spec.key.to_string());
+            }
+            let key = spec.key.to_mut();
+            match lease.and_then(|l| l.spendable(now)) {
+                Some(w) => {
+                    let left = w.until.saturating_duration_since(now).as_micros() as u64;
+                    key.push_str("|g");
+                    key.push_str(&w.index.to_string());
+                    spec.params.limit = w.units;
+                    spec.params.burst = w.units;
+                    spec.params.ends_at_us =
+                        wall_us + left + KEEP_PAST_LAPSE_US.max(spec.params.window_us);
+                }
+                None => {
+                    key.push_str("|g-");
+                    spec.params.limit = 0;
+                    spec.params.burst = 0;
+                    spec.params.ends_at_us = wall_us + spec.params.window_us;
+                }
+            }
+        }
+    }
+
+    /// After the decision: what each global limit admitted and refused here.
+    pub fn count(&self, plan: &Plan<'_>, mode: Mode, outcomes: &[ChargeOutcome]) {
+        if !matches!(mode, Mode::Decide | Mode::CountRejected | Mode::Reserve) {
+            return;
+        }
+        for (c, o) in plan.charges.iter().zip(outcomes) {
+            let Some(g) = &c.limit.global else {
+                continue;
+            };
+            let lease = self.lease(&g.id);
+            match o.allowed {
+                true => lease.admitted.fetch_add(c.cost, Ordering::Relaxed),
+                // A refused check (cost 0) is demand too.
+                false => lease.refused.fetch_add(c.cost.max(1), Ordering::Relaxed),
+            };
+        }
+    }
+}
+
+/// Whether `plan` charges a global limit (the rest of the store pays one test per charge).
+pub fn has_global(plan: &Plan<'_>) -> bool {
+    plan.charges.iter().any(|c| c.limit.global.is_some())
+}
