@@ -97,7 +97,39 @@ fn store_section<S: Store>(st: &AdminState<S>, page: &mut String) {
         }
         None => page.push_str("No decision reached the store in the last minute."),
     }
-    page.push_str("</p></section>");
+    page.push_str("</p>");
+    let leases = store.leases();
+    if !leases.is_empty() {
+        page.push_str(
+            "<h3>Global limits</h3><table><tr><th>limit</th><th>region</th><th>window</th>\
+             <th>lease</th><th>of it safe share</th><th>lapses in</th><th>issued by home</th></tr>",
+        );
+        for l in &leases {
+            let _ = write!(
+                page,
+                "<tr><td>{}</td><td>{}</td>",
+                esc(&l.id),
+                esc(&l.region)
+            );
+            match l.window {
+                Some((w, units, safe, left)) => {
+                    let _ = write!(
+                        page,
+                        "<td>{w}</td><td>{units}</td><td>{safe}</td><td>{left} ms</td>"
+                    );
+                }
+                None => page.push_str("<td colspan=\"4\">no lease now</td>"),
+            }
+            match l.issued {
+                Some((n, ago)) => {
+                    let _ = write!(page, "<td>{n} ({ago} ms ago)</td></tr>");
+                }
+                None => page.push_str("<td>not asked by this instance</td></tr>"),
+            }
+        }
+        page.push_str("</table>");
+    }
+    page.push_str("</section>");
 }
 
 fn millis(d: std::time::Duration) -> String {

@@ -83,6 +83,7 @@ pub trait DynStore: Send + Sync + 'static {
     fn is_ready(&self) -> bool;
     fn reason(&self) -> Option<StoreError>;
     fn warning(&self) -> Option<String>;
+    fn leases(&self) -> Vec<super::LeaseReport>;
     fn maintain_boxed(&self) -> Boxed<'_, ()>;
     fn close_boxed(&self) -> Boxed<'_, ()>;
     fn serve_thread_boxed<'a>(&'a self, serve: LocalBoxed<'a, ()>) -> LocalBoxed<'a, ()>;
@@ -125,6 +126,9 @@ impl<S: Store> DynStore for S {
     }
     fn warning(&self) -> Option<String> {
         Store::warning(self)
+    }
+    fn leases(&self) -> Vec<super::LeaseReport> {
+        Store::leases(self)
     }
     fn maintain_boxed(&self) -> Boxed<'_, ()> {
         Box::pin(self.maintain())
@@ -223,6 +227,14 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => Store::warning(&**s),
             AnyStore::Redis(s) => Store::warning(&**s),
             AnyStore::Other(s) => s.warning(),
+        }
+    }
+
+    fn leases(&self) -> Vec<super::LeaseReport> {
+        match self {
+            AnyStore::Memory(s) => Store::leases(&**s),
+            AnyStore::Redis(s) => Store::leases(&**s),
+            AnyStore::Other(s) => s.leases(),
         }
     }
 

@@ -89,6 +89,11 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// This region's leases of global limits (the Redis store with `--region`; else none).
+    fn leases(&self) -> Vec<LeaseReport> {
+        Vec::new()
+    }
+
     /// Periodic upkeep (reclaiming expired counters, probing connections).
     fn maintain(&self) -> impl Future<Output = ()> + Send {
         async {}
@@ -141,4 +146,19 @@ pub struct CounterReading {
     pub key: String,
     /// Units of it this instance holds in a lease (`lease:`, Redis only).
     pub lease: u64,
+}
+
+/// One global limit's lease in this region, as this instance last read it (docs/multi-region.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseReport {
+    /// The limit (`domain.key_value|suffix`).
+    pub id: String,
+    pub region: String,
+    /// The authority's window spendable now, what the region holds for it (its safe share
+    /// included) and of that the safe share, and how long until it lapses (ms); `None`: no
+    /// lease now.
+    pub window: Option<(u64, u64, u64, u64)>,
+    /// Units the authority had issued in its window when it last answered this instance (the
+    /// instance holding the region's refill lock), and how long ago (ms).
+    pub issued: Option<(u64, u64)>,
 }

@@ -155,8 +155,15 @@ impl Inner {
             .collect()
     }
 
+    /// A global limit reads its lease counter in this region: the current window's, its
+    /// limit what the region holds (a reset leaves it alone: spent units stay spent).
     pub(super) async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
-        let placed = place(plan, &self.prefix, self.layout());
+        let mut placed = place(plan, &self.prefix, self.layout());
+        if let Some(r) = self.regional.get() {
+            if super::regional::board::has_global(plan) {
+                r.board.place(plan, &mut placed, self.wall.now_us());
+            }
+        }
         self.readings(&placed, Operation::Read).await
     }
 

@@ -106,6 +106,13 @@ impl Store for RedisStore {
         self.inner.health.warning()
     }
 
+    fn leases(&self) -> Vec<super::LeaseReport> {
+        match self.inner.regional.get() {
+            Some(r) => r.board.reports(&r.region),
+            None => Vec::new(),
+        }
+    }
+
     async fn maintain(&self) {
         let inner = &self.inner;
         inner.health.upkeep(&inner.clients, &inner.script).await;

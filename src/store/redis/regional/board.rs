@@ -15,6 +15,7 @@ use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
 use crate::plan::Plan;
 use crate::store::placement::Placed;
+use crate::store::LeaseReport;
 
 /// A view of the pool is used for at most this long after it was read: an instance that
 /// cannot read its region's pool stops spending it.
@@ -95,6 +96,30 @@ impl Board {
 
     pub fn get(&self, id: &str) -> Option<Arc<LeaseView>> {
         self.leases.read().get(id).cloned()
+    }
+
+    /// Every lease, by id, for the status page.
+    pub fn reports(&self, region: &str) -> Vec<LeaseReport> {
+        let now = Instant::now();
+        let mut out: Vec<LeaseReport> = self
+            .leases
+            .read()
+            .iter()
+            .map(|(id, l)| LeaseReport {
+                id: id.clone(),
+                region: region.to_string(),
+                window: l.spendable(now).map(|w| {
+                    let left = w.until.saturating_duration_since(now).as_millis() as u64;
+                    (w.index, w.units, w.safe, left)
+                }),
+                issued: l
+                    .issued
+                    .lock()
+                    .map(|(n, at)| (n, now.saturating_duration_since(at).as_millis() as u64)),
+            })
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
     }
 
     /// Forgets the limits the config no longer has.
