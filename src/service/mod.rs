@@ -21,11 +21,10 @@ pub mod settings;
 pub mod slots;
 pub mod validate;
 
+use arc_swap::ArcSwap;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
-
-use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
 
 use crate::algorithm::concurrency::SlotId;
@@ -570,6 +569,7 @@ fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
         .map(|c| {
             let mut limit = c.limit.as_ref().clone();
             let part = |n: u64| match n {
+                _ if c.limit.global.is_some() => 0, // only what home granted: none here
                 0 => 0,
                 n => (n / u64::from(share)).max(1),
             };

@@ -24,6 +24,56 @@ struct Bad {
 
 const BAD: &[Bad] = &[
     Bad {
+        name: "a global sliding window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, algorithm: sliding_window, global: {home: eu, regions: [eu, us]}}
+",
+        want: "global cannot be a sliding_window",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global token bucket",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, algorithm: token_bucket, global: {home: eu, regions: [eu, us]}}
+",
+        want: "global needs algorithm fixed_window (found token_bucket)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global limit that is not shared",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, global: {home: eu, regions: [eu, us]}}
+",
+        want: "global cannot be combined with shared: false",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global home that is not one of its regions",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: ap, regions: [eu, us]}}
+",
+        want: "global home 'ap' is not one of its regions",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global safe share above one half",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us], on_partition: safe_share, safe_share: 0.9}}
+",
+        want: "global safe_share 0.9: expected a fraction of the limit above 0 and at most 0.5",
+        line: Some(3),
+    },
+    Bad {
         name: "a window longer than ten years",
         yaml: "domain: d
 descriptors:
@@ -1397,4 +1447,43 @@ fn a_usage_domain_makes_every_limit_an_overdraft_limit() {
         &LoadOptions::default(),
     )
     .expect("outside a usage domain the lease is fine");
+}
+
+#[test]
+fn a_global_limit_needs_a_region_it_lists() {
+    let yaml = "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us]}}
+";
+    let files = sources(&[("global.yaml", yaml)]);
+    let load = |region: Option<&str>| {
+        compile_sources(
+            &files,
+            &LoadOptions {
+                region: region.map(str::to_string),
+                ..LoadOptions::default()
+            },
+        )
+    };
+    let none = load(None).expect_err("no region").to_string();
+    assert!(
+        none.contains("global.yaml") && none.contains("needs this instance's region (--region"),
+        "{none}"
+    );
+    let other = load(Some("ap"))
+        .expect_err("a region it does not list")
+        .to_string();
+    assert!(
+        other.contains("not shared by this instance's region 'ap'"),
+        "{other}"
+    );
+    let config = load(Some("us")).expect("a listed region");
+    let global = config.global_limits();
+    assert_eq!(global.len(), 1);
+    let g = global[0].global.as_ref().expect("global");
+    assert_eq!(
+        (g.home.as_str(), g.index_of("us"), g.safe_share),
+        ("eu", Some(1), None)
+    );
 }

@@ -83,6 +83,9 @@ pub struct Region {
     /// round trip), and that window's index: kept on the authority's grid by adding windows.
     window_end: Option<u64>,
     window_index: u64,
+    /// How much earlier than the authority's `window_end` may be: the answer's way back and
+    /// the drift margin, and a drift margin more for each window added since.
+    window_slack: u64,
     /// The next window's units are asked for (or held).
     next_asked: bool,
     /// Units that lapsed unspent, in all.
@@ -117,6 +120,7 @@ impl Region {
             safe_left: 0,
             window_end: None,
             window_index: 0,
+            window_slack: 0,
             next_asked: false,
             lapsed: 0,
             refused: false,
@@ -151,6 +155,7 @@ impl Region {
                 // The window this region knew ended: the next one, on the same grid.
                 self.window_end = Some(end + window_us);
                 self.window_index += 1;
+                self.window_slack += window_us / DRIFT;
                 self.next_asked = false;
             }
         }
@@ -257,7 +262,8 @@ impl Region {
         };
         let window = self.safe_window_at(now)?;
         let end = self.window_end?;
-        Some((window, units, end - window_us + self.rtt_us as u64, end))
+        let slack = self.window_slack.max(self.rtt_us as u64);
+        Some((window, units, end - window_us + slack, end))
     }
 
     /// The window whose safe share may be spent at `now`: a fixed window's index, once this
@@ -267,7 +273,8 @@ impl Region {
         match self.settings.kind {
             Kind::Window { window_us, .. } => {
                 let end = self.window_end?;
-                let begun = end - window_us + self.rtt_us as u64;
+                let slack = self.window_slack.max(self.rtt_us as u64);
+                let begun = end - window_us + slack;
                 (now >= begun && now < end).then_some(self.window_index)
             }
             Kind::Bucket { rate, burst } => {
@@ -334,6 +341,11 @@ impl Region {
         Some(ask)
     }
 
+    /// The ask sent last failed (home answered an error): the next period asks again.
+    pub fn ask_failed(&mut self) {
+        self.asked_at = None;
+    }
+
     /// The refill task's instance died: its ask in flight and the units it gave back but had
     /// not reported are lost (those lapse unspent); the lease itself, in the region's Redis,
     /// stays. The instance that takes the lock over starts from here.
@@ -367,6 +379,7 @@ impl Region {
                 {
                     self.window_end = Some(lapses_at);
                     self.window_index = grant.window;
+                    self.window_slack = now.saturating_sub(sent_at) + grant.lifetime_us / DRIFT;
                 }
             }
             0

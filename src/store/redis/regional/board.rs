@@ -157,7 +157,8 @@ impl Board {
                     key.push_str("|g-");
                     spec.params.limit = 0;
                     spec.params.burst = 0;
-                    spec.params.ends_at_us = wall_us + spec.params.window_us;
+                    spec.params.ends_at_us =
+                        wall_us + KEEP_PAST_LAPSE_US.max(spec.params.window_us);
                 }
             }
         }

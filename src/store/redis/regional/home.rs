@@ -65,7 +65,11 @@ impl HomeLink {
             .map_err(redis)?;
             let now: u64 = now.parse().map_err(|_| RegionalError::State(now.clone()))?;
             let mut authority = if old.is_empty() {
-                Authority::new(settings, regions, now)
+                // A first start, or a state lost (evicted, flushed, a failover without
+                // WAIT): cautious, so grants in flight land or lapse first.
+                let mut a = Authority::new(settings, regions, now);
+                a.take_over(now);
+                a
             } else {
                 let mut a: Authority =
                     serde_json::from_str(&old).map_err(|e| RegionalError::State(e.to_string()))?;

@@ -41,12 +41,16 @@ pub struct Keys {
     lock: String,
 }
 
+/// The authority's key is named alike by every region, whatever its `--redis-key-prefix`:
+/// two names in home's Redis would be two authorities, each granting the whole limit.
+pub const AUTHORITY_PREFIX: &str = "tollgate:";
+
 impl Keys {
     pub fn new(prefix: &str, id: &str) -> Keys {
         let id = id.replace('{', "%7B").replace('}', "%7D");
         let base = format!("{prefix}{{g|{id}}}");
         Keys {
-            authority: format!("{base}|authority"),
+            authority: format!("{AUTHORITY_PREFIX}{{g|{id}}}|authority"),
             pool: format!("{base}|pool"),
             demand: format!("{base}|demand"),
             lock: format!("{base}|lock"),
@@ -253,6 +257,10 @@ impl Task {
                 self.answered(grant, issued, sent_at, arrived_at).await
             }
             Ok(Err(e)) => {
+                // Failed, not lost: the next period asks again.
+                if let Some(region) = self.region.as_mut() {
+                    region.ask_failed();
+                }
                 self.reg.metrics.global.refill(&self.label, "failed");
                 self.warn("ask", &e);
                 Ok(())
