@@ -309,10 +309,8 @@ async fn one_limit_across_two_regions_holds_through_a_shift_and_a_partition() {
     proxy.cut.store(true, Ordering::SeqCst);
     tokio::time::sleep_until((begin + HEAL_AT).into()).await;
     proxy.cut.store(false, Ordering::SeqCst);
-    eu_load.await.expect("eu's load");
-    us_load.await.expect("us's load");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-
+    // While both are loaded, after the heal:
+    tokio::time::sleep_until((begin + HEAL_AT + Duration::from_secs(2)).into()).await;
     // What an operator sees: /counters reads the region's lease counter (this window's,
     // limited to what the region holds), the status page lists the lease.
     let http = crate::support::server::http_client();
@@ -343,6 +341,10 @@ async fn one_limit_across_two_regions_holds_through_a_shift_and_a_partition() {
         page.contains("Global limits") && page.contains("llm.provider_openai|f2"),
         "the status page lists the lease: {page}"
     );
+    eu_load.await.expect("eu's load");
+    us_load.await.expect("us's load");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
     let sent = sent.lock().unwrap().clone();
     // Stopped before counting: their refill tasks would go on giving back units.
     eu.stop();
@@ -420,6 +422,19 @@ async fn one_limit_across_two_regions_holds_through_a_shift_and_a_partition() {
             }
         }
     }
+    // Utilisation, summed over the windows (one slow period on a busy machine may cost a
+    // window some).
+    let total: u64 = used.iter().sum();
+    assert!(
+        !used.is_empty() && total >= LIMIT * used.len() as u64 * 80 / 100,
+        "{total} used in {} windows of {LIMIT} while demand was 600: {used:?}",
+        used.len()
+    );
+    let eu_total: u64 = eu_cut.iter().sum();
+    assert!(
+        !eu_cut.is_empty() && eu_total >= 240 * eu_cut.len() as u64,
+        "eu admitted {eu_cut:?} while us was cut off (demand 300, 380 available)"
+    );
     assert_eq!(
         answered_ok,
         counted,

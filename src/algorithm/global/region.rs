@@ -86,6 +86,9 @@ pub struct Region {
     /// How much earlier than the authority's `window_end` may be: the answer's way back and
     /// the drift margin, and a drift margin more for each window added since.
     window_slack: u64,
+    /// How much later than the authority's `window_end` may be: a drift margin for each
+    /// window added since the last answer set it (a slow clock counts a window long).
+    window_drift: u64,
     /// The next window's units are asked for (or held).
     next_asked: bool,
     /// Units that lapsed unspent, in all.
@@ -121,6 +124,7 @@ impl Region {
             window_end: None,
             window_index: 0,
             window_slack: 0,
+            window_drift: 0,
             next_asked: false,
             lapsed: 0,
             refused: false,
@@ -156,6 +160,7 @@ impl Region {
                 self.window_end = Some(end + window_us);
                 self.window_index += 1;
                 self.window_slack += window_us / DRIFT;
+                self.window_drift += window_us / DRIFT;
                 self.next_asked = false;
             }
         }
@@ -261,9 +266,17 @@ impl Region {
             return None;
         };
         let window = self.safe_window_at(now)?;
+        let (begun, end) = self.safe_span(window_us)?;
+        Some((window, units, begun, end))
+    }
+
+    /// When this region is sure the authority's current window (as it knows it) has begun
+    /// and not yet ended: its known end, early by up to the slack and late by up to the drift.
+    fn safe_span(&self, window_us: u64) -> Option<(u64, u64)> {
         let end = self.window_end?;
         let slack = self.window_slack.max(self.rtt_us as u64);
-        Some((window, units, end - window_us + slack, end))
+        let begun = end.saturating_sub(window_us) + slack;
+        Some((begun, end.saturating_sub(self.window_drift)))
     }
 
     /// The window whose safe share may be spent at `now`: a fixed window's index, once this
@@ -272,9 +285,7 @@ impl Region {
     fn safe_window_at(&self, now: u64) -> Option<u64> {
         match self.settings.kind {
             Kind::Window { window_us, .. } => {
-                let end = self.window_end?;
-                let slack = self.window_slack.max(self.rtt_us as u64);
-                let begun = end - window_us + slack;
+                let (begun, end) = self.safe_span(window_us)?;
                 (now >= begun && now < end).then_some(self.window_index)
             }
             Kind::Bucket { rate, burst } => {
@@ -380,6 +391,7 @@ impl Region {
                     self.window_end = Some(lapses_at);
                     self.window_index = grant.window;
                     self.window_slack = now.saturating_sub(sent_at) + grant.lifetime_us / DRIFT;
+                    self.window_drift = 0;
                 }
             }
             0
