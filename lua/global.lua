@@ -10,15 +10,21 @@ local function now_us()
   return string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 end
 
--- Home: the authority's state, and the time it is read at.
+-- Home: the authority's state, the time it is read at, and 1 when this asker (ARGV[2]) now
+-- holds it until its write (KEYS[2], for ARGV[3] ms), 0 when another asker does.
 if op == 'read' then
-  return {now_us(), redis.call('GET', KEYS[1]) or ''}
+  local holder = redis.call('GET', KEYS[2])
+  if holder and holder ~= ARGV[2] then return {now_us(), '', 0} end
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  return {now_us(), redis.call('GET', KEYS[1]) or '', 1}
 end
 
 -- Home: the authority's new state, only if nobody wrote it since `read` (ARGV[2] the state
 -- read, '' for none; ARGV[3] the new one; ARGV[4] its time to live, ms): the time it was
 -- written, or '' when another write came first.
+-- ARGV[5] the asker, whose hold (KEYS[2]) ends.
 if op == 'cas' then
+  if redis.call('GET', KEYS[2]) == ARGV[5] then redis.call('DEL', KEYS[2]) end
   local cur = redis.call('GET', KEYS[1]) or ''
   if cur ~= ARGV[2] then return '' end
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])

@@ -18,8 +18,13 @@ use super::error::RegionalError;
 use crate::algorithm::global::authority::Authority;
 use crate::algorithm::global::terms::{Ask, GlobalLimit, Grant, Kind};
 
-/// Writes that lost a race are tried again this many times.
-const TRIES: usize = 8;
+/// Writes that lost a race, or found the authority held, are tried again this many times
+/// (within the ask's time).
+const TRIES: usize = 100;
+
+/// How long one asker holds the authority between its read and its write (a far region's
+/// round trip must fit; an asker that dies frees it by then).
+const HOLD_MS: u64 = 1000;
 
 /// A home region's Redis, as one region's refill tasks reach it.
 pub struct HomeLink {
@@ -51,18 +56,41 @@ impl HomeLink {
         let redis = |e: script::EvalError| {
             RegionalError::Redis(crate::store::error::StoreError::from(e).to_string())
         };
+        // The authority is held from the read to the write: a near region writing every
+        // period would otherwise keep a far one's write from ever finding the state it read.
+        let hold = format!("{key}-held");
+        let mut b = [0u8; 8];
+        let _ = getrandom::fill(&mut b);
+        let me = format!("{:016x}{}", u64::from_le_bytes(b), std::process::id());
         for _ in 0..TRIES {
-            let (now, old): (String, String) = script::eval(
+            let (now, old, held): (String, String, i64) = script::eval(
                 &self.client,
                 &options,
                 script,
                 &self.migrations,
                 until,
                 None,
-                || (vec![key.into()], vec!["read".into()]),
+                || {
+                    (
+                        vec![key.into(), hold.as_str().into()],
+                        vec![
+                            "read".into(),
+                            me.as_str().into(),
+                            HOLD_MS.to_string().into(),
+                        ],
+                    )
+                },
             )
             .await
             .map_err(redis)?;
+            if held == 0 {
+                // Another region's ask holds it: a round trip at most.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                if Instant::now() >= until {
+                    break;
+                }
+                continue;
+            }
             let now: u64 = now.parse().map_err(|_| RegionalError::State(now.clone()))?;
             let mut authority = if old.is_empty() {
                 // A first start, or a state lost (evicted, flushed, a failover without
@@ -93,12 +121,13 @@ impl HomeLink {
                 wait,
                 || {
                     (
-                        vec![key.into()],
+                        vec![key.into(), hold.as_str().into()],
                         vec![
                             "cas".into(),
                             old.as_str().into(),
                             new.as_str().into(),
                             ttl_ms.to_string().into(),
+                            me.as_str().into(),
                         ],
                     )
                 },
