@@ -1,9 +1,9 @@
 # tollgate container image.
 #
-#   docker build -t REGISTRY/tollgate:0.1.0 .        (then: docker push REGISTRY/tollgate:0.1.0)
-#   docker run --rm -p 8080:8080 -p 8081:8081 REGISTRY/tollgate:0.1.0
+#   docker build -t REGISTRY/tollgate:0.2.0 .        (then: docker push REGISTRY/tollgate:0.2.0)
+#   docker run --rm -p 8080:8080 -p 8081:8081 REGISTRY/tollgate:0.2.0
 #   docker run --rm -p 8080:8080 -p 8081:8081 -v "$PWD/my-config:/etc/tollgate/config:ro" \
-#       -e TOLLGATE_REDIS_URL=redis://redis:6379 REGISTRY/tollgate:0.1.0
+#       -e TOLLGATE_REDIS_URL=redis://redis:6379 REGISTRY/tollgate:0.2.0
 #
 # Default command: `tollgate serve --config /etc/tollgate/config`. /bin/ratelimit is a symlink
 # to tollgate: run as `ratelimit` it reads envoyproxy/ratelimit's environment (RUNTIME_ROOT,
@@ -15,6 +15,9 @@
 # compiles proto/ with protox (pure Rust).
 # Build arguments VERSION, REVISION and CREATED fill the OCI labels, e.g.
 #   --build-arg REVISION="$(git rev-parse HEAD)" --build-arg CREATED="$(date -u +%FT%TZ)"
+# REVISION is also the commit `tollgate --version` prints (the build context has no .git, so
+# without it the binary says `commit unknown`). VERSION must be Cargo.toml's version
+# (tests/server/version.rs holds every file that names the release to it).
 
 ############################ builder ############################
 FROM rust:1.95-slim-bookworm AS builder
@@ -46,14 +49,15 @@ COPY src ./src
 COPY lua ./lua
 COPY benches ./benches
 COPY tollgate-bench ./tollgate-bench
+ARG REVISION=unknown
 RUN touch -c src/main.rs src/lib.rs tollgate-bench/src/main.rs tollgate-bench/src/lib.rs \
-    && cargo build --profile dist --locked -p tollgate --bin tollgate \
+    && TOLLGATE_COMMIT="${REVISION}" cargo build --profile dist --locked -p tollgate --bin tollgate \
     && install -D -m 0755 target/dist/tollgate /out/tollgate
 
 ############################ runtime ############################
 FROM debian:bookworm-slim
 
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG REVISION=unknown
 ARG CREATED=unknown
 LABEL org.opencontainers.image.title="tollgate" \

@@ -1,8 +1,17 @@
 //! Compiles the Envoy rate limit protos with `protox` (pure Rust), so building
 //! tollgate never needs a system `protoc`. The descriptor set is also written to `OUT_DIR` for
 //! `prost-reflect`, which maps the messages to and from proto3 JSON (`src/admin/json.rs`).
+//!
+//! It also names the commit the binary is built from (`TOLLGATE_COMMIT`, read by
+//! `src/base/version.rs`): the build environment's `TOLLGATE_COMMIT` when set (the Dockerfile's
+//! build argument: its build context has no `.git`), else `git rev-parse` of the checkout, else
+//! `unknown`.
+
+use std::path::Path;
+use std::process::Command;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rustc-env=TOLLGATE_COMMIT={}", commit());
     let files = [
         "proto/envoy/service/ratelimit/v3/rls.proto",
         // The xDS config client (`src/config/xds/`): ADS and the rate limit config resource.
@@ -29,4 +38,51 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .compile_fds(compiler.file_descriptor_set())?;
     Ok(())
+}
+
+/// The commit being built (12 hex digits), or `unknown`. Git is asked only where the package
+/// root has a `.git`, and the build script runs again when the checked-out commit moves.
+fn commit() -> String {
+    println!("cargo:rerun-if-env-changed=TOLLGATE_COMMIT");
+    if let Some(given) = std::env::var("TOLLGATE_COMMIT")
+        .ok()
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+    {
+        // A full hash (`git rev-parse HEAD`) is shortened as git would; anything else that is
+        // not a plain word is refused rather than printed.
+        if !given
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            panic!("TOLLGATE_COMMIT={given:?}: letters, digits, '.', '_' and '-' only");
+        }
+        let hex = given.bytes().all(|b| b.is_ascii_hexdigit());
+        return if hex && given.len() > 12 {
+            given[..12].to_string()
+        } else {
+            given
+        };
+    }
+    let git = Path::new(".git");
+    if !git.exists() {
+        return "unknown".into();
+    }
+    for moved in ["HEAD", "packed-refs"] {
+        println!("cargo:rerun-if-changed=.git/{moved}");
+    }
+    if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {
+        if let Some(branch) = head.trim().strip_prefix("ref: ") {
+            println!("cargo:rerun-if-changed=.git/{branch}");
+        }
+    }
+    Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| "unknown".into())
 }

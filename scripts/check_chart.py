@@ -149,7 +149,7 @@ REFUSALS = [
     ("duration without unit", ["--set", "drainDelay=5"], r"drainDelay"),
     ("config file not *.yaml", ["--set", "config.files.limits\\.txt=x"], r"limits\.txt"),
     ("Redis key prefix with braces", ["--set-json", 'redis.keyPrefix="{tg}"'], r"keyPrefix"),
-    ("digest in image.tag", ["--set", "image.tag=0.1.0@sha256:" + "a" * 64], r"image[./]tag"),
+    ("digest in image.tag", ["--set", "image.tag=0.2.0@sha256:" + "a" * 64], r"image[./]tag"),
     ("malformed image.digest", ["--set", "image.digest=sha256:xyz"], r"image[./]digest"),
     ("admin write listener without a token", ["--set", "admin.write.enabled=true"], r"admin.write.enabled .* needs a token"),
     ("admin token from an existing Secret and created", ["--set", "admin.token.existingSecret=s,admin.token.create=true"],
@@ -524,7 +524,7 @@ def case_expectations(c: Case) -> None:
         R.check(env["TOLLGATE_FAILURE_MODE"] == "error" and env["TOLLGATE_LOG_FORMAT"] == "json" and env["TOLLGATE_MAX_STORE_BYTES"] == "64MiB",
                 "default: failure mode error, json logs, 64MiB store")
         R.check("TOLLGATE_REDIS_URL" not in env and dep["spec"]["replicas"] == 1, "default: memory store, one replica")
-        R.check(ctr["image"] == "tollgate:0.1.0", "default: image tollgate:<appVersion>", ctr["image"])
+        R.check(ctr["image"] == "tollgate:0.2.0", "default: image tollgate:<appVersion>", ctr["image"])
         R.check((tenv.get("TEST_DOMAIN"), tenv.get("TEST_DESCRIPTOR"), tenv.get("TEST_EXPECT_RPU")) == ("ratelimit", "PATH=/productpage", "1"),
                 "default: helm test asks the first limited descriptor of the config", str(tenv))
         R.check(env["TOLLGATE_ADMIN_UI"] == "true" and "TOLLGATE_ADMIN_TOKEN_FILE" not in env and "TOLLGATE_ADMIN_WRITE_ADDR" not in env,
@@ -546,8 +546,8 @@ def case_expectations(c: Case) -> None:
         R.check((tenv.get("TEST_DOMAIN"), tenv.get("TEST_DESCRIPTOR"), tenv.get("TEST_EXPECT_RPU")) == ("llm-gateway", "tier=free,tenant=helm-test", "10 1000"),
                 "redis: helm test derives a nested descriptor from a map-form config file", str(tenv))
     elif c.name == "tls":
-        R.check(ctr["image"] == "registry.example.com:5000/platform/tollgate:0.1.0@sha256:" + "0123456789abcdef" * 4, "tls: image pinned by digest", ctr["image"])
-        R.check(dep["metadata"]["labels"]["app.kubernetes.io/version"] == "0.1.0", "tls: version label is the tag, not the digest")
+        R.check(ctr["image"] == "registry.example.com:5000/platform/tollgate:0.2.0@sha256:" + "0123456789abcdef" * 4, "tls: image pinned by digest", ctr["image"])
+        R.check(dep["metadata"]["labels"]["app.kubernetes.io/version"] == "0.2.0", "tls: version label is the tag, not the digest")
         R.check(env["TOLLGATE_GRPC_TLS_CERT"].endswith("/tls.crt") and env["TOLLGATE_GRPC_CLIENT_CA"].endswith("/client-ca.crt"), "tls: server TLS and client CA")
         srcs = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "grpc-tls")["projected"]["sources"]
         R.check([s["secret"]["name"] for s in srcs] == ["tollgate-grpc-tls", "mesh-client-ca"]

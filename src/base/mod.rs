@@ -1,5 +1,5 @@
 //! What every layer may use and which knows nothing of rate limiting: time as an input,
-//! durations, graceful shutdown, PEM files, throttled and printable log lines. Imports nothing
+//! durations, graceful shutdown, PEM files, throttled and printable log lines, the version. Imports nothing
 //! of the crate.
 
 pub mod clock;
@@ -8,3 +8,4 @@ pub mod log_throttle;
 pub mod pairs;
 pub mod pem;
 pub mod shutdown;
+pub mod version;

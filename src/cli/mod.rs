@@ -28,7 +28,7 @@ use self::traces::TraceArgs;
 #[derive(Debug, Parser)]
 #[command(
     name = "tollgate",
-    version,
+    version = crate::base::version::LONG,
     about = "Envoy-compatible gRPC rate-limit decision service"
 )]
 pub struct Cli {
@@ -282,9 +282,10 @@ pub struct ServeArgs {
     /// Prefix for every Redis key (must not contain braces).
     #[arg(long, env = "TOLLGATE_REDIS_KEY_PREFIX", default_value = "tg:")]
     pub redis_key_prefix: String,
-    /// Deadline for one decision's Redis work; past it the failure mode answers. Keep it
-    /// below the caller's own timeout (Envoy's ratelimit filter: 20 ms by default).
-    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT", default_value = "10ms", value_parser = duration::parse_positive)]
+    /// The longest one decision waits on Redis; past it the failure mode answers. A caller's
+    /// grpc-timeout shortens it (less a tenth, at least 5 ms, for the answer's way back: 15 ms
+    /// for Envoy's 20 ms filter); a caller that sends none gets it whole.
+    #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT", default_value = "1s", value_parser = duration::parse_positive)]
     pub redis_timeout: Duration,
     /// How long opening one Redis connection (TCP, TLS, AUTH) may take.
     #[arg(long, env = "TOLLGATE_REDIS_CONNECT_TIMEOUT", default_value = "1s", value_parser = duration::parse_positive)]

@@ -44,7 +44,7 @@ from .client import (
     Client,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DEFAULT_MAX_WAIT",

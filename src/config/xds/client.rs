@@ -296,7 +296,7 @@ impl XdsSource {
                 user_agent_name: "tollgate".into(),
                 user_agent_version_type: Some(
                     crate::pb::core::node::UserAgentVersionType::UserAgentVersion(
-                        env!("CARGO_PKG_VERSION").into(),
+                        crate::base::version::VERSION.into(),
                     ),
                 ),
             }),
