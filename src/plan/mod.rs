@@ -41,6 +41,10 @@ pub struct Plan<'c> {
     /// Descriptors that reach a `spend` limit but whose model (or token kind) the domain's
     /// prices do not price: the request is refused and charges nothing.
     pub unpriced: Vec<usize>,
+    /// When the store's answer is due: the caller's `grpc-timeout` less the answer's way back
+    /// (`crate::service::hold::due`). `None`: the caller set no deadline; a store then takes
+    /// its own (`--redis-timeout`), which also caps this.
+    pub due: Option<tokio::time::Instant>,
 }
 
 impl Plan<'_> {
@@ -61,6 +65,7 @@ impl Plan<'_> {
             quota_descriptors: 0,
             slot: (0, 0),
             unpriced: Vec::new(),
+            due: None,
         }
     }
 }
@@ -395,6 +400,7 @@ pub fn plan<'c>(config: &'c Config, req: &RateLimitRequest) -> Result<Plan<'c>, 
         quota_descriptors,
         slot: (0, 0),
         unpriced,
+        due: None,
     })
 }
 

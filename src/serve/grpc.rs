@@ -287,6 +287,11 @@ fn answer_response(answer: &RateLimitResponse) -> Response<CallBody> {
     resp
 }
 
+/// When a tonic-served call's caller gives up (its `grpc-timeout`), if it said.
+pub fn deadline_of(metadata: &tonic::metadata::MetadataMap) -> Option<tokio::time::Instant> {
+    grpc_timeout(metadata.as_ref()).map(|t| tokio::time::Instant::now() + t)
+}
+
 /// The caller's deadline (`grpc-timeout`: up to 8 digits and a unit); an invalid value is
 /// ignored, as tonic ignores it.
 pub fn grpc_timeout(headers: &HeaderMap) -> Option<Duration> {

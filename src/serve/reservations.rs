@@ -9,6 +9,7 @@ use prost_types::value::Kind;
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::rls::RateLimitRequest;
 use crate::pb::tollgate::reservations::v1 as pb;
+use crate::serve::grpc::deadline_of;
 use crate::service::error::CallError;
 use crate::service::marked::{RESERVATION_KEY, RESERVE_KEY};
 use crate::service::slots::parse_id;
@@ -32,6 +33,7 @@ impl<S: Store> pb::reservations_server::Reservations for ReservationsService<S> 
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<pb::ReserveResponse>, tonic::Status> {
+        let deadline = deadline_of(request.metadata());
         let mut req = request.into_inner();
         for d in &mut req.descriptors {
             d.entries.push(Entry {
@@ -41,7 +43,7 @@ impl<S: Store> pb::reservations_server::Reservations for ReservationsService<S> 
         }
         let decision = self
             .limiter
-            .should_rate_limit(&req)
+            .should_rate_limit_by(&req, deadline)
             .await
             .map_err(tonic::Status::from)?;
         let reservation_id = decision
@@ -63,6 +65,7 @@ impl<S: Store> pb::reservations_server::Reservations for ReservationsService<S> 
         &self,
         request: tonic::Request<pb::SettleRequest>,
     ) -> Result<tonic::Response<pb::SettleResponse>, tonic::Status> {
+        let deadline = deadline_of(request.metadata());
         let r = request.into_inner();
         let id = parse_id(&r.reservation_id).map_err(|e| CallError::Invalid(e.into()))?;
         let req = RateLimitRequest {
@@ -70,7 +73,7 @@ impl<S: Store> pb::reservations_server::Reservations for ReservationsService<S> 
             descriptors: r.descriptors,
             hits_addend: 0,
         };
-        let done = self.limiter.settle(&req, id).await?;
+        let done = self.limiter.settle(&req, id, deadline).await?;
         Ok(tonic::Response::new(pb::SettleResponse {
             limits: done.limits,
         }))

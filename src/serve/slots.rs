@@ -10,6 +10,7 @@ use crate::algorithm::rule::Mode;
 use crate::base::clock::{Clock, SystemClock};
 use crate::pb::rls::RateLimitRequest;
 use crate::pb::tollgate::slots::v1 as pb;
+use crate::serve::grpc::deadline_of;
 use crate::service::error::CallError;
 use crate::service::slots::{parse_id, SLOT_KEY, SLOT_LEASE_KEY};
 use crate::service::RateLimiter;
@@ -37,9 +38,10 @@ impl<S: Store> pb::slots_server::Slots for SlotsService<S> {
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<pb::AcquireResponse>, tonic::Status> {
         let started = now_ms();
+        let deadline = deadline_of(request.metadata());
         let decision = self
             .limiter
-            .should_rate_limit(request.get_ref())
+            .should_rate_limit_by(request.get_ref(), deadline)
             .await
             .map_err(tonic::Status::from)?;
         let field = |key: &str| {
@@ -68,14 +70,18 @@ impl<S: Store> pb::slots_server::Slots for SlotsService<S> {
         &self,
         request: tonic::Request<pb::SlotRequest>,
     ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
-        self.slots(request.into_inner(), Mode::Release).await
+        let deadline = deadline_of(request.metadata());
+        self.slots(request.into_inner(), Mode::Release, deadline)
+            .await
     }
 
     async fn renew(
         &self,
         request: tonic::Request<pb::SlotRequest>,
     ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
-        self.slots(request.into_inner(), Mode::Renew).await
+        let deadline = deadline_of(request.metadata());
+        self.slots(request.into_inner(), Mode::Renew, deadline)
+            .await
     }
 }
 
@@ -84,6 +90,7 @@ impl<S: Store> SlotsService<S> {
         &self,
         r: pb::SlotRequest,
         mode: Mode,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<tonic::Response<pb::SlotResponse>, tonic::Status> {
         let id = parse_id(&r.slot_id).map_err(|e| CallError::Invalid(e.into()))?;
         let req = RateLimitRequest {
@@ -92,7 +99,7 @@ impl<S: Store> SlotsService<S> {
             hits_addend: 0,
         };
         let started = now_ms();
-        let done = self.limiter.slots(&req, id, mode).await?;
+        let done = self.limiter.slots(&req, id, mode, deadline).await?;
         Ok(tonic::Response::new(pb::SlotResponse {
             limits: done.limits,
             expires_at_unix_ms: done.hold_us.map_or(0, |us| started + us / 1000),

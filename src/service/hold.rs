@@ -34,9 +34,25 @@ pub const DEFAULT_MAX_HELD: usize = 10_000;
 /// What a deadline leaves for waiting, in µs: the time left less a tenth of it (at least
 /// 5 ms) for the decision itself and the answer's way back. `None`: no deadline.
 pub fn budget(deadline: Option<tokio::time::Instant>) -> Option<u64> {
-    let left = deadline?.saturating_duration_since(tokio::time::Instant::now());
+    let now = tokio::time::Instant::now();
+    Some(
+        due_from(deadline?, now)
+            .saturating_duration_since(now)
+            .as_micros() as u64,
+    )
+}
+
+/// When the store's answer is due for a caller whose deadline is `deadline`: the same margin
+/// as [`budget`] keeps for the answer's way back. Envoy's filter sends its timeout as
+/// `grpc-timeout` (20 ms by default): its store answer is due 15 ms after the call came.
+pub fn due(deadline: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
+    Some(due_from(deadline?, tokio::time::Instant::now()))
+}
+
+fn due_from(deadline: tokio::time::Instant, now: tokio::time::Instant) -> tokio::time::Instant {
+    let left = deadline.saturating_duration_since(now);
     let margin = (left / 10).max(Duration::from_millis(5));
-    Some(left.saturating_sub(margin).as_micros() as u64)
+    now + left.saturating_sub(margin)
 }
 
 /// Whether any of the plan's charges may wait.

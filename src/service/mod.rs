@@ -12,6 +12,7 @@
 pub mod answer;
 pub mod decision;
 pub mod error;
+pub mod fallback;
 pub mod hold;
 pub mod marked;
 pub mod observe;
@@ -22,7 +23,6 @@ pub mod slots;
 pub mod validate;
 
 use arc_swap::ArcSwap;
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::Semaphore;
@@ -132,9 +132,7 @@ impl<S: Store> RateLimiter<S> {
             self.observer.overloaded(req, policy.is_some());
             return Err(CallError::Overloaded(self.settings.max_in_flight));
         };
-        let mut ended = self
-            .answer(req, &config, policy, hold::budget(deadline))
-            .await;
+        let mut ended = self.answer(req, &config, policy, deadline).await;
         // A held answer waits without an in-flight permit: those count decisions.
         drop(_permit);
         if let Ok(answer) = &mut ended.result {
@@ -172,15 +170,17 @@ impl<S: Store> RateLimiter<S> {
     }
 
     /// Releases or renews (`mode`) the slots `id` holds on the concurrency limits `req`'s
-    /// descriptors reach; nothing else is charged or touched.
+    /// descriptors reach; nothing else is charged or touched. The store's answer is due
+    /// before the caller's `deadline` (see [`hold::due`]).
     pub async fn slots(
         &self,
         req: &RateLimitRequest,
         id: SlotId,
         mode: Mode,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<SlotsDone, CallError> {
         validate(req, &self.settings.bounds).map_err(InvalidRequest::from)?;
-        let done = self.run_slots(req, id, mode).await?;
+        let done = self.run_slots(req, id, mode, deadline).await?;
         if let Some(done) = &done {
             self.observer.slots(mode.name(), done);
         }
@@ -193,9 +193,13 @@ impl<S: Store> RateLimiter<S> {
         &self,
         req: &RateLimitRequest,
         id: SlotId,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<SettleDone, CallError> {
         validate(req, &self.settings.bounds).map_err(InvalidRequest::from)?;
-        let done = self.run_settle(req, id).await?.unwrap_or_default();
+        let done = self
+            .run_settle(req, id, deadline)
+            .await?
+            .unwrap_or_default();
         self.observer.settled(id, &done);
         Ok(done)
     }
@@ -207,7 +211,7 @@ impl<S: Store> RateLimiter<S> {
         req: &RateLimitRequest,
         config: &'c Config,
         policy: Option<DomainPolicy>,
-        wait: Option<u64>,
+        deadline: Option<tokio::time::Instant>,
     ) -> Ended<'c> {
         let invalid = |e: InvalidRequest| Ended::refused(e.into());
         if let Err(e) = validate(req, &self.settings.bounds) {
@@ -219,11 +223,11 @@ impl<S: Store> RateLimiter<S> {
             let pair_keys = &self.settings.reservation_pair_keys;
             if !pair_keys.is_empty() && !disabled {
                 if let Some((id, normal)) = paired(req, pair_keys) {
-                    return self.pair(&normal, id, config, policy).await;
+                    return self.pair(&normal, id, config, policy, deadline).await;
                 }
             }
             return self
-                .decide(req, config, policy, disabled, How::new(charging, wait))
+                .decide(req, config, policy, disabled, How::new(charging, deadline))
                 .await;
         }
         let marked = match split(req, policy.and_then(|p| p.default_estimate)) {
@@ -239,7 +243,7 @@ impl<S: Store> RateLimiter<S> {
                     descriptors,
                     hits_addend: 0,
                 };
-                let done = self.run_slots(&release, id, Mode::Release).await;
+                let done = self.run_slots(&release, id, Mode::Release, deadline).await;
                 released = Some(Released { id, done });
             }
             if let Some((id, descriptors)) = marked.settle {
@@ -248,7 +252,7 @@ impl<S: Store> RateLimiter<S> {
                     descriptors,
                     hits_addend: req.hits_addend,
                 };
-                let done = self.run_settle(&settle, id).await;
+                let done = self.run_settle(&settle, id, deadline).await;
                 settled = Some(Settled { id, done });
             }
         }
@@ -269,7 +273,7 @@ impl<S: Store> RateLimiter<S> {
             } else {
                 charging
             };
-            self.decide(&rest, config, policy, disabled, How::new(mode, wait))
+            self.decide(&rest, config, policy, disabled, How::new(mode, deadline))
                 .await
         };
         ended.release = released;
@@ -290,11 +294,12 @@ impl<S: Store> RateLimiter<S> {
         id: SlotId,
         config: &'c Config,
         policy: Option<DomainPolicy>,
+        deadline: Option<tokio::time::Instant>,
     ) -> Ended<'c> {
         // The second call: the record is there (a settle that finds none changes nothing).
         // A store that cannot settle cannot reserve either: the reservation below meets the
         // failure policy.
-        if let Ok(Some(done)) = self.run_settle(req, id).await {
+        if let Ok(Some(done)) = self.run_settle(req, id, deadline).await {
             if done.limits > 0 {
                 let plan = Plan::no_limits(req.descriptors.len());
                 let mut ended = Ended::answered(plan, Vec::new(), AnsweredBy::Nobody);
@@ -307,7 +312,7 @@ impl<S: Store> RateLimiter<S> {
         }
         let how = How {
             id: Some(id),
-            ..How::new(Mode::Reserve, Some(0))
+            ..How::new(Mode::Reserve, deadline)
         };
         self.decide(req, config, policy, false, how).await
     }
@@ -320,6 +325,7 @@ impl<S: Store> RateLimiter<S> {
         &self,
         req: &RateLimitRequest,
         id: SlotId,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<SettleDone>, CallError> {
         let config = self.config.load();
         let mut plan = plan(&config, req).map_err(InvalidRequest::from)?;
@@ -344,6 +350,7 @@ impl<S: Store> RateLimiter<S> {
         }
         plan.quota_descriptors = 0;
         plan.slot = id;
+        plan.due = hold::due(deadline);
         if plan.charges.is_empty() {
             return Ok(None);
         }
@@ -365,6 +372,7 @@ impl<S: Store> RateLimiter<S> {
         req: &RateLimitRequest,
         id: SlotId,
         mode: Mode,
+        deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<SlotsDone>, CallError> {
         let config = self.config.load();
         let mut plan = plan(&config, req).map_err(InvalidRequest::from)?;
@@ -376,6 +384,7 @@ impl<S: Store> RateLimiter<S> {
         }
         plan.quota_descriptors = 0;
         plan.slot = id;
+        plan.due = hold::due(deadline);
         if plan.charges.is_empty() {
             return Ok(None);
         }
@@ -406,7 +415,7 @@ impl<S: Store> RateLimiter<S> {
         disabled: bool,
         how: How,
     ) -> Ended<'c> {
-        let How { mode, id, wait } = how;
+        let How { mode, id, deadline } = how;
         if disabled {
             // The kill switch: OK for every descriptor, nothing read or written.
             let plan = Plan::no_limits(req.descriptors.len());
@@ -471,6 +480,7 @@ impl<S: Store> RateLimiter<S> {
                 _ => self.held.clone().try_acquire_owned().ok(),
             };
             held_full = permit.is_none() && mode != Mode::Reserve;
+            let wait = hold::budget(deadline);
             hold::cap_waits(
                 &mut plan,
                 permit.as_ref().map_or(0, |_| wait.unwrap_or(u64::MAX)),
@@ -479,6 +489,7 @@ impl<S: Store> RateLimiter<S> {
                 permit = None;
             }
         }
+        plan.due = hold::due(deadline);
         let asked = Instant::now();
         let decided = match permit {
             None => self.store.apply(&plan, mode).await.map(|o| (o, None)),
@@ -533,7 +544,7 @@ impl<S: Store> RateLimiter<S> {
             let none = StoreError::new("local", Cause::NotRun("no local fallback".into()));
             return Err(CallError::store(none));
         };
-        let local = shared_out(plan, self.settings.local_fallback_share.max(1));
+        let local = fallback::shared_out(plan, self.settings.local_fallback_share.max(1));
         let mode = Mode::charging(self.settings.count_rejected);
         let outcomes: Vec<ChargeOutcome> =
             store.apply(&local, mode).await.map_err(CallError::store)?;
@@ -542,59 +553,21 @@ impl<S: Store> RateLimiter<S> {
 }
 
 /// How a request is decided: in `mode`, a reservation recorded under `id` (a fresh one when
-/// `None`), waiting at most `wait` µs (`None`: as long as its limits' `max_wait`).
+/// `None`), by the caller's deadline.
 struct How {
     mode: Mode,
     id: Option<SlotId>,
-    wait: Option<u64>,
+    /// The caller's deadline (`grpc-timeout`): the store's answer is due before it
+    /// ([`hold::due`]), and no answer is held past it.
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl How {
-    fn new(mode: Mode, wait: Option<u64>) -> How {
+    fn new(mode: Mode, deadline: Option<tokio::time::Instant>) -> How {
         How {
             mode,
             id: None,
-            wait,
+            deadline,
         }
-    }
-}
-
-/// `plan` with every limit shared out among `share` replicas: `max(1, limit / share)` (and
-/// the same for a token bucket's burst and a class's `borrow_until`), none waiting, as the response reports it. A limit of 0 (deny
-/// everything) stays 0.
-fn shared_out<'c>(plan: &Plan<'c>, share: u32) -> Plan<'c> {
-    let charges = plan
-        .charges
-        .iter()
-        .map(|c| {
-            let mut limit = c.limit.as_ref().clone();
-            let part = |n: u64| match n {
-                _ if c.limit.global.is_some() => 0, // only what home granted: none here
-                0 => 0,
-                n => (n / u64::from(share)).max(1),
-            };
-            // The count of a pool's active tenants counts tenants, not units: it stays.
-            if limit.params.fair_cap == 0 {
-                limit.params.limit = part(limit.params.limit);
-                limit.params.burst = part(limit.params.burst);
-            }
-            limit.params.borrow_until = part(limit.params.borrow_until);
-            limit.params.fair_floor = part(limit.params.fair_floor);
-            // Nothing holds a fallback's answer: it never waits.
-            limit.params.max_wait_us = 0;
-            limit.requests_per_unit = part(u64::from(limit.requests_per_unit)) as u32;
-            PlannedCharge {
-                limit: Cow::Owned(limit),
-                key: c.key.clone(),
-                ..c.clone()
-            }
-        })
-        .collect();
-    Plan {
-        descriptors: plan.descriptors.clone(),
-        charges,
-        quota_descriptors: plan.quota_descriptors,
-        slot: plan.slot,
-        unpriced: plan.unpriced.clone(),
     }
 }

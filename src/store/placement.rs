@@ -252,6 +252,7 @@ pub(crate) mod tests {
             quota_descriptors: 0,
             slot: (0, 0),
             unpriced: Vec::new(),
+            due: None,
         }
     }
 

@@ -69,7 +69,7 @@ async fn take(l: &RateLimiter<AnyStore>, model: &str) -> Option<String> {
 
 async fn slots(l: &RateLimiter<AnyStore>, model: &str, id: &str, mode: Mode) -> SlotsDone {
     let req = request("gen", vec![descriptor(&[("model", model)])]);
-    l.slots(&req, parse_id(id).expect("an id"), mode)
+    l.slots(&req, parse_id(id).expect("an id"), mode, None)
         .await
         .expect("a release or renew")
 }

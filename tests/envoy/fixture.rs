@@ -564,7 +564,7 @@ fn main_routes(side: &Side) -> Value {
 }
 
 /// A listener on `port` whose ratelimit filter (domain `envoy-test`) asks `rls`.
-fn listener(
+pub fn listener(
     name: &str,
     port: u16,
     rls: &str,

@@ -13,6 +13,7 @@ mod costs;
 mod enforce;
 mod envoy_gateway;
 mod failure;
+mod far_redis;
 mod fixture;
 mod gateway_reservations;
 mod llm;

@@ -19,16 +19,15 @@
 //! unaffected; us answered without waiting on home; every admitted request counted.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::support::binary::{Binary, Start, BIN};
+use crate::support::delay::DelayProxy;
 use crate::support::redis::{cli_on, RedisCluster, RedisServer};
 use crate::support::server::{ports, req, TempConfig};
 
@@ -53,72 +52,6 @@ descriptors:
         on_partition: safe_share
         safe_share: 0.05
 ";
-
-/// A TCP proxy that delays each byte by [`ONE_WAY`] in each direction, and holds every byte
-/// while `cut` is set (a partition TCP survives: what was sent arrives after the heal).
-struct DelayProxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-}
-
-impl DelayProxy {
-    async fn start(ip: &str, to: u16) -> DelayProxy {
-        let listener = TcpListener::bind((ip, 0)).await.expect("bind the proxy");
-        let port = listener.local_addr().expect("proxy address").port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let c = cut.clone();
-        tokio::spawn(async move {
-            while let Ok((inbound, _)) = listener.accept().await {
-                let Ok(outbound) = TcpStream::connect(("127.0.0.1", to)).await else {
-                    continue;
-                };
-                let (ri, wi) = inbound.into_split();
-                let (ro, wo) = outbound.into_split();
-                tokio::spawn(pump(ri, wo, c.clone()));
-                tokio::spawn(pump(ro, wi, c.clone()));
-            }
-        });
-        DelayProxy { port, cut }
-    }
-}
-
-/// Copies `from` to `to`, each chunk sent [`ONE_WAY`] after it was read, and none while cut.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    cut: Arc<AtomicBool>,
-) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    tokio::spawn(async move {
-        while let Some((read_at, bytes)) = rx.recv().await {
-            let due = read_at + ONE_WAY;
-            loop {
-                let now = Instant::now();
-                if !cut.load(Ordering::SeqCst) && now >= due {
-                    break;
-                }
-                let wait = due
-                    .saturating_duration_since(now)
-                    .max(Duration::from_millis(1));
-                tokio::time::sleep(wait.min(Duration::from_millis(5))).await;
-            }
-            if to.write_all(&bytes).await.is_err() {
-                return;
-            }
-        }
-    });
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if tx.send((Instant::now(), buf[..n].to_vec())).is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
 
 /// One answered request: when it was sent (µs since the epoch), which region, admitted or
 /// not, and how long the answer took.
@@ -245,7 +178,7 @@ fn admitted_by_window(ports: &[u16]) -> BTreeMap<u64, u64> {
 async fn one_limit_across_two_regions_holds_through_a_shift_and_a_partition() {
     let eu_redis = RedisServer::start();
     let us_cluster = RedisCluster::start(3, 0);
-    let proxy = DelayProxy::start("127.0.0.4", eu_redis.port()).await;
+    let proxy = DelayProxy::start("127.0.0.4", eu_redis.port(), ONE_WAY).await;
     let config = TempConfig::new(CONFIG);
     let region = |name: &'static str, ip: &'static str, redis: String, extra: Vec<String>| {
         let [grpc, http] = ports::<2>();

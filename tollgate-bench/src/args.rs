@@ -81,6 +81,10 @@ pub struct BenchArgs {
         value_parser = duration_arg
     )]
     pub timeout: Duration,
+    /// Send each call's deadline as `grpc-timeout` (Envoy's filter sends its timeout, 20 ms
+    /// by default), so the server may answer by it; absent, calls carry none (as grpcurl's).
+    #[arg(long, env = "TOLLGATE_BENCH_GRPC_TIMEOUT", value_parser = duration_arg)]
+    pub grpc_timeout: Option<Duration>,
     /// Threads the generator runs on; 0 = one per core. On a box it shares with the server
     /// it measures, `--threads 1` leaves the other cores to the server (and its Redis).
     #[arg(long, env = "TOLLGATE_BENCH_THREADS", default_value_t = 0)]

@@ -58,7 +58,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<String> {
     let keys = KeyChoice::new(args.keys, args.hot_share);
     let concurrency = args.concurrency as usize;
     let connections = args.connections as usize;
-    let clients = load::connect(&args.addr, connections).await?;
+    let clients = load::connect(&args.addr, connections, args.grpc_timeout).await?;
 
     let window = Window::new(Instant::now(), args.warmup, args.duration);
     let load = Arc::new(Load::new(requests, keys, args.timeout, window));

@@ -31,6 +31,8 @@ use crate::template::RequestTemplate;
 pub struct Client {
     send: SendRequest<Bytes>,
     uri: Uri,
+    /// `grpc-timeout` sent with every call (`--grpc-timeout`), in gRPC's wire form.
+    grpc_timeout: Option<String>,
 }
 
 /// What every worker and call shares.
@@ -102,11 +104,13 @@ impl Client {
         let Ok(mut send) = self.send.clone().ready().await else {
             return unavailable;
         };
-        let head = match Request::post(self.uri.clone())
+        let mut head = Request::post(self.uri.clone())
             .header(CONTENT_TYPE, "application/grpc")
-            .header(TE, "trailers")
-            .body(())
-        {
+            .header(TE, "trailers");
+        if let Some(deadline) = &self.grpc_timeout {
+            head = head.header("grpc-timeout", deadline.as_str());
+        }
+        let head = match head.body(()) {
             Ok(head) => head,
             Err(_) => return Outcome::Error(status_name(Code::Internal)),
         };
@@ -161,7 +165,13 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<Code> {
 
 /// `connections` HTTP/2 connections to `addr` (an `http://host:port` URL), each driven by a
 /// task of its own.
-pub async fn connect(addr: &str, connections: usize) -> anyhow::Result<Vec<Client>> {
+pub async fn connect(
+    addr: &str,
+    connections: usize,
+    grpc_timeout: Option<Duration>,
+) -> anyhow::Result<Vec<Client>> {
+    // gRPC's wire form of a deadline: up to 8 digits and a unit (`m` for milliseconds).
+    let grpc_timeout = grpc_timeout.map(|d| format!("{}m", d.as_millis().clamp(1, 99_999_999)));
     let base: Uri = addr
         .parse()
         .with_context(|| format!("--addr '{addr}' is not a URL"))?;
@@ -201,6 +211,7 @@ pub async fn connect(addr: &str, connections: usize) -> anyhow::Result<Vec<Clien
         clients.push(Client {
             send,
             uri: uri.clone(),
+            grpc_timeout: grpc_timeout.clone(),
         });
     }
     Ok(clients)

@@ -144,6 +144,7 @@ fn a_run_over_four_billion_keys_stays_small() {
             warmup: Duration::ZERO,
             rate: None,
             timeout: Duration::from_secs(10),
+            grpc_timeout: None,
             threads: 0,
             json: true,
         };

@@ -26,6 +26,7 @@ fn args(addr: String) -> BenchArgs {
         rate: None,
         // Long enough that no answer the server sends is lost to a client timeout.
         timeout: Duration::from_secs(10),
+        grpc_timeout: None,
         threads: 0,
         json: true,
     }

@@ -2,8 +2,9 @@
 //! over its [`placement`](crate::store::placement) groups, each group one script call (or,
 //! for leased shared limits, answered from this instance's leases), and the refunds.
 //!
-//! The caller waits for its decision up to the deadline; past it, or on any Redis error, the
-//! caller applies the failure policy. A decision whose caller is gone (deadline, cancelled
+//! The caller waits for its decision up to the deadline: when its answer is due
+//! ([`Plan::due`], from its `grpc-timeout`), and never longer than `--redis-timeout`; past it,
+//! or on any Redis error, the caller applies the failure policy. A decision whose caller is gone (deadline, cancelled
 //! call) goes on as a task of its own ([`Detach`]), collects its late replies and refunds
 //! whatever landed, so a script that runs after its deadline leaves counters as if the
 //! request never happened.
@@ -116,7 +117,10 @@ impl Inner {
                 Lookup::Miss => {}
             }
         }
-        let deadline = Instant::now() + inner.opts.timeout;
+        let now = Instant::now();
+        let deadline = plan.due.map_or(now + inner.opts.timeout, |due| {
+            due.min(now + inner.opts.timeout)
+        });
         let kept = taking.then(|| placed.clone());
         let (tx, rx) = oneshot::channel();
         let task = inner.clone();
@@ -167,7 +171,7 @@ impl Inner {
             }
             Err(_) => Err(StoreError::new(
                 SOMEWHERE,
-                Cause::Timeout(Some(inner.opts.timeout)),
+                Cause::Timeout(Some(deadline.saturating_duration_since(now))),
             )),
         };
         if let (Some(r), Ok((outcomes, _))) = (regional, &result) {
@@ -227,7 +231,7 @@ impl Inner {
             ))
         .then(|| Wait {
             replicas: self.opts.wait_replicas,
-            until: durable::until(call.retry_until, self.opts.timeout),
+            until: durable::until(call.retry_until),
         });
         if let Some(short) = wait
             .as_ref()

@@ -11,10 +11,9 @@
 //!
 //! A `WAIT` holds its connection in Redis: the commands behind it on that connection (other
 //! decisions' scripts, pipelined by fred) run once it returns, one replica round trip later,
-//! or at its timeout, which is never past the decision's deadline (`--redis-timeout`). Calls
+//! or at its timeout, which is never past the decision's deadline (the caller's, at most
+//! `--redis-timeout`). Calls
 //! that arrive together share one `EVALSHA` and one `WAIT` ([`super::coalesce`]).
-
-use std::time::Duration;
 
 use fred::clients::Pipeline;
 use fred::prelude::*;
@@ -72,13 +71,13 @@ impl Wait {
     }
 }
 
-/// The deadline of a call's `WAIT`: a fifth of `timeout` (`--redis-timeout`) before the call's
-/// own deadline, so a short count is answered as such before the decision times out, and never
-/// more than `timeout` away (a `WAIT` holds its connection). Redis ends a `WAIT` that falls
-/// short on its next `hz` tick (every 100 ms by default; docs/redis.md).
-pub fn until(call_until: Instant, timeout: Duration) -> Instant {
-    let until = call_until.min(Instant::now() + timeout);
-    until.checked_sub(timeout / 5).unwrap_or(until)
+/// The deadline of a call's `WAIT`: a fifth of the time the call has left before its own
+/// deadline (`call_until`: when its caller's answer is due, at most `--redis-timeout` away),
+/// so a short count is answered as such before the decision times out. Redis ends a `WAIT`
+/// that falls short on its next `hz` tick (every 100 ms by default; docs/redis.md).
+pub fn until(call_until: Instant) -> Instant {
+    let now = Instant::now();
+    now + call_until.saturating_duration_since(now) * 4 / 5
 }
 
 /// `[ASKING,] EVALSHA sha keys args` then `WAIT`, as one pipeline: routed by `hash_slot` as a
