@@ -421,8 +421,13 @@ async fn follow_readiness(
     metrics: Arc<Metrics>,
 ) {
     let mut shown: Option<bool> = None;
+    let mut store_was: Option<bool> = None;
     loop {
         let store_up = store.is_ready();
+        // The store logs its own changes (one line naming the node and the cause): a change
+        // of readiness it caused is not logged again here.
+        let store_changed = store_was.is_some_and(|was| was != store_up);
+        store_was = Some(store_up);
         metrics.store_up.set(i64::from(store_up));
         let has_config = needs_config
             .as_ref()
@@ -440,6 +445,7 @@ async fn follow_readiness(
             ready.store(now_ready, Ordering::SeqCst);
             metrics.ready.set(i64::from(now_ready));
             match store.reason().filter(|_| !now_ready) {
+                _ if store_changed => tracing::debug!(ready = now_ready, "readiness changed"),
                 Some(reason) => tracing::warn!(ready = now_ready, %reason, "readiness changed"),
                 None if !has_config => {
                     tracing::info!(

@@ -116,10 +116,11 @@ impl TraceOptions {
 
 /// Starts logging with `filter` (tracing-subscriber syntax; an invalid one is an error).
 pub fn init_logs(filter: &str, format: LogFormat) -> Result<(), TelemetryError> {
-    let filter = EnvFilter::try_new(filter).map_err(|source| TelemetryError::LogFilter {
-        filter: filter.to_string(),
-        source,
-    })?;
+    let filter =
+        EnvFilter::try_new(quiet_fred(filter)).map_err(|source| TelemetryError::LogFilter {
+            filter: filter.to_string(),
+            source,
+        })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -130,6 +131,18 @@ pub fn init_logs(filter: &str, format: LogFormat) -> Result<(), TelemetryError> 
         LogFormat::Json => builder.json().try_init(),
     };
     installed.map_err(TelemetryError::Logging)
+}
+
+/// `filter`, with fred's own lines kept below WARN unless it names fred: fred logs a lost
+/// connection at WARN once per connection (several lines per event, one client per serving
+/// thread), while the Redis store logs each event once, naming the node and the cause.
+fn quiet_fred(filter: &str) -> String {
+    let names_fred = filter.split(',').any(|d| d.trim().starts_with("fred"));
+    match filter.trim() {
+        _ if names_fred => filter.to_string(),
+        "" => "fred=error".into(),
+        f => format!("{f},fred=error"),
+    }
 }
 
 /// The trace pipeline; flushes what is left when dropped.

@@ -63,6 +63,8 @@ pub struct Health {
     /// The markers that tell a Redis came back empty, under `--redis-key-prefix`.
     markers: Markers,
     key_prefix: String,
+    /// The cluster's primaries as the last upkeep round saw them (empty on one node).
+    primaries: Mutex<Vec<Server>>,
 }
 
 impl Health {
@@ -88,6 +90,7 @@ impl Health {
             any_short: AtomicBool::new(false),
             markers: Markers::default(),
             key_prefix,
+            primaries: Mutex::new(Vec::new()),
         }
     }
 
@@ -113,7 +116,9 @@ impl Health {
     /// changes, check the eviction policy, and publish readiness.
     pub async fn upkeep(&self, clients: &Clients, script: &Script) {
         let was = self.ready.load(Ordering::Relaxed);
-        let primaries_before = clients.primaries();
+        // The primaries the last round saw: fred may learn of a failover between rounds (a
+        // MOVED answer), and it must still be seen as one.
+        let primaries_before = self.primaries.lock().clone();
         let probed = self.probe(clients).await;
         // Topology: re-synced when a primary fails to answer (in `probe`), on MOVED (by fred),
         // and periodically here; scripts are loaded again whenever the primaries changed.
@@ -124,8 +129,34 @@ impl Health {
             }
         }
         let now = probed.is_ok();
-        if now && (!was || clients.primaries() != primaries_before) {
+        let primaries = clients.primaries();
+        *self.primaries.lock() = primaries.clone();
+        if now && (!was || primaries != primaries_before) {
             load_script(clients, script).await;
+        }
+        if now && was && primaries != primaries_before && !primaries_before.is_empty() {
+            // A failover or a reshard: one line naming what left and what came.
+            let names = |s: &[Server]| {
+                s.iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let gone: Vec<_> = primaries_before
+                .iter()
+                .filter(|p| !primaries.contains(p))
+                .cloned()
+                .collect();
+            let new: Vec<_> = primaries
+                .iter()
+                .filter(|p| !primaries_before.contains(p))
+                .cloned()
+                .collect();
+            tracing::warn!(
+                node = %names(&gone),
+                replaced_by = %names(&new),
+                "redis primaries changed (a failover or a reshard): scripts loaded on the new ones"
+            );
         }
         if now && (!was || ticks.is_multiple_of(EVICTION_EVERY_TICKS)) {
             self.check_eviction_policy(clients).await;
@@ -153,12 +184,34 @@ impl Health {
                 }
             }
         }
+        // One line per event, naming the node and the cause; readiness follows it
+        // (serve/ logs its own change only when the store did not cause it).
         match &probed {
-            Ok(()) if !was => tracing::info!("redis reachable"),
-            Err(reason) if was => tracing::warn!(%reason, "redis unreachable"),
+            Ok(()) if !was => {
+                // The node it was unreachable at, or (starting) the URL's first host.
+                let node = self.reason.lock().as_ref().map(|r| r.place.clone());
+                let node = node
+                    .filter(|p| p.starts_with("redis "))
+                    .unwrap_or_else(|| format!("redis {}", clients.host));
+                tracing::info!(node = %node, "redis reachable: ready");
+            }
+            Err(reason) if was => {
+                // The line above is this event's: "still unreachable" waits a period.
+                let _ = log_throttle::due("redis_unreachable");
+                tracing::warn!(
+                    %reason,
+                    cause = reason.cause.kind(),
+                    "redis unreachable: not ready"
+                )
+            }
             Err(reason) => {
                 if let Some(suppressed) = log_throttle::due("redis_unreachable") {
-                    tracing::warn!(%reason, suppressed, "redis still unreachable");
+                    tracing::warn!(
+                        %reason,
+                        cause = reason.cause.kind(),
+                        suppressed,
+                        "redis still unreachable"
+                    );
                 }
             }
             Ok(()) => {}
