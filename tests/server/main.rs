@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod busy_host;
 mod config_validation;
 mod dropin;
 mod envoy_gateway_configs;
@@ -15,11 +16,13 @@ mod global_regions;
 mod grpc;
 mod imports;
 mod layout;
+mod log_lines;
 mod metrics;
 mod operator;
 mod readme;
 mod redis_tls;
 mod statsd;
 mod tracing;
+mod version;
 mod wire;
 mod xds;

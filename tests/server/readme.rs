@@ -22,6 +22,7 @@ const OTHER_TOOLS: &[&str] = &[
     "--mode",
     "--test",
     "--nocapture",
+    "--build-arg",
 ];
 
 fn flags_in(text: &str) -> BTreeSet<String> {

@@ -406,6 +406,46 @@ impl LoopbackCluster {
             .find(|n| n.addr == addr)
             .unwrap_or_else(|| panic!("{addr} is not a node of this cluster"))
     }
+
+    fn node_mut(&mut self, addr: Ipv4Addr) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.addr == addr)
+            .unwrap_or_else(|| panic!("{addr} is not a node of this cluster"))
+    }
+
+    /// The node's process id, while it runs.
+    pub fn pid(&self, addr: Ipv4Addr) -> Option<u32> {
+        self.node(addr).child.as_ref().map(Child::id)
+    }
+
+    /// Kills the node at `addr` (SIGKILL) and waits for it to be gone.
+    pub fn kill(&mut self, addr: Ipv4Addr) {
+        if let Some(mut child) = self.node_mut(addr).child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the node at `addr` again on its port and directory: it keeps its cluster
+    /// identity (`nodes.conf`) and comes back without data (no persistence), so a primary
+    /// restarted before its replica is promoted has lost every key it held.
+    pub fn restart(&mut self, addr: Ipv4Addr) {
+        let node = self.node_mut(addr);
+        if node.child.is_some() {
+            return;
+        }
+        if let Err(why) = spawn_and_wait(node) {
+            panic!("restarting {addr}: {why}");
+        }
+    }
+
+    /// `CONFIG SET name value` on every running node (a restarted node needs it again).
+    pub fn config_set_all(&self, name: &str, value: &str) {
+        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            node.cli(&["CONFIG", "SET", name, value]);
+        }
+    }
 }
 
 impl Drop for LoopbackCluster {

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -762,27 +762,13 @@ fn server_pid(port: u16) -> Option<u32> {
 /// A loopback port nobody listens on now and no server of ours owns (and, with
 /// `needs_bus_port`, the same for port + 10000).
 fn pick_free_port(reserved: &BTreeSet<u16>, needs_bus_port: bool) -> u16 {
-    let bind = |port: u16| TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-    for _ in 0..1000 {
-        let listener = bind(0).expect("cannot bind any loopback port");
-        let port = listener
-            .local_addr()
-            .expect("bound listener has an address")
-            .port();
-        if reserved.contains(&port) {
-            continue;
-        }
-        if !needs_bus_port {
-            return port;
-        }
-        let Some(bus_port) = port.checked_add(CLUSTER_BUS_OFFSET) else {
-            continue;
-        };
-        if !reserved.contains(&bus_port) && bind(bus_port).is_ok() {
+    loop {
+        let port = super::server::pick_port(needs_bus_port);
+        let bus_taken = needs_bus_port && reserved.contains(&(port + CLUSTER_BUS_OFFSET));
+        if !reserved.contains(&port) && !bus_taken {
             return port;
         }
     }
-    panic!("found no loopback port P with P and P+{CLUSTER_BUS_OFFSET} both free");
 }
 
 fn unique_temp_dir() -> PathBuf {

@@ -367,28 +367,75 @@ pub async fn call_invalid(
 pub const OK: i32 = Code::Ok as i32;
 pub const OVER_LIMIT: i32 = Code::OverLimit as i32;
 
-/// A port that was free a moment ago (for the binary, which binds its own).
+/// A port that was free a moment ago (for a process that binds its own): see [`pick_port`].
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
+    pick_port(false)
 }
 
 /// Ports for a process that binds them itself (tollgate, Envoy): free now, and never handed
-/// out twice by this process (the kernel may offer a port again until it is bound).
+/// out twice by this process.
 pub fn ports<const N: usize>() -> [u16; N] {
-    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
     let mut out = [0; N];
     for port in &mut out {
-        *port = loop {
-            let p = free_port();
-            if handed_out.insert(p) {
-                break p;
-            }
-        };
+        *port = pick_port(false);
     }
     out
+}
+
+/// Every port this process handed out (tollgate, Envoy, Redis and its cluster bus, the
+/// control plane): never handed out twice.
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A loopback port nobody listens on now, never handed out before by this process, and below
+/// the kernel's ephemeral range (`ip_local_port_range`): a port the kernel offers for
+/// `bind(0)` is one it may also give the next client socket of any test before the server
+/// that was meant to bind it does ("Address already in use"), and below that range no client
+/// socket is ever given one. With `bus`, port + 10000 is free and below that range too (a
+/// Redis Cluster node's bus).
+pub fn pick_port(bus: bool) -> u16 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = if bus {
+        (10_000u16, ephemeral.saturating_sub(10_000))
+    } else {
+        (10_000u16, ephemeral)
+    };
+    assert!(
+        high > low + 1000,
+        "the ephemeral range starts too low: {ephemeral}"
+    );
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    for _ in 0..10_000 {
+        // xorshift from the process id and the clock: parallel test binaries start apart.
+        let mut x = STATE.load(Ordering::Relaxed);
+        if x == 0 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            x = nanos ^ (u64::from(std::process::id()) << 32) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        STATE.store(x, Ordering::Relaxed);
+        let p = low + (x % u64::from(high - low)) as u16;
+        let taken = |p: u16| handed_out.contains(&p);
+        if taken(p) || (bus && taken(p + 10_000)) {
+            continue;
+        }
+        if free(p) && (!bus || free(p + 10_000)) {
+            handed_out.insert(p);
+            if bus {
+                handed_out.insert(p + 10_000);
+            }
+            return p;
+        }
+    }
+    panic!("found no free loopback port in {low}..{high}");
 }
