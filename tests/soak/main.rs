@@ -119,7 +119,11 @@ fn soak_with_every_feature_under_faults() {
         assert!(
             violations.is_empty(),
             "the soak broke a promise (logs in {}):\n{}",
-            fleet.config_dir.parent().map(|p| p.display().to_string()).unwrap_or_default(),
+            fleet
+                .config_dir
+                .parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             violations.join("\n")
         );
         fleet.remove_files();
