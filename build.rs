@@ -2,6 +2,10 @@
 //! tollgate never needs a system `protoc`. The descriptor set is also written to `OUT_DIR` for
 //! `prost-reflect`, which maps the messages to and from proto3 JSON (`src/admin/json.rs`).
 //!
+//! It joins the decision script's parts (`lua/decide/`, in [`DECIDE_PARTS`]'s order) into the
+//! one script Redis loads: `OUT_DIR/tollgate.lua` for the crate, and the same bytes at
+//! `target/<profile>/tollgate.lua` for the scripts that load it into Redis themselves.
+//!
 //! It also names the commit the binary is built from (`TOLLGATE_COMMIT`, read by
 //! `src/base/version.rs`): the build environment's `TOLLGATE_COMMIT` when set (the Dockerfile's
 //! build argument: its build context has no `.git`), else `git rev-parse` of the checkout, else
@@ -10,8 +14,30 @@
 use std::path::Path;
 use std::process::Command;
 
+/// The decision script's parts, in the order they are joined (`lua/decide/call.lua` says what
+/// each holds). Every file of `lua/decide/` is one of them.
+const DECIDE_PARTS: &[&str] = &[
+    "call",
+    "fixed",
+    "sliding",
+    "window",
+    "reservation",
+    "direct",
+    "build",
+    "concurrency",
+    "bucket",
+    "shares",
+    "fair",
+    "counter",
+    "verdict",
+    "settle",
+    "general",
+    "main",
+];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rustc-env=TOLLGATE_COMMIT={}", commit());
+    join_decide_script(Path::new(&std::env::var("OUT_DIR")?))?;
     let files = [
         "proto/envoy/service/ratelimit/v3/rls.proto",
         // The xDS config client (`src/config/xds/`): ADS and the rate limit config resource.
@@ -85,4 +111,40 @@ fn commit() -> String {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
         .unwrap_or_else(|| "unknown".into())
+}
+
+/// Joins `lua/decide/` into `out/tollgate.lua`, and copies it beside the binaries.
+fn join_decide_script(out: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=lua/decide");
+    let mut listed: Vec<String> = DECIDE_PARTS.iter().map(|p| format!("{p}.lua")).collect();
+    listed.sort();
+    let mut found: Vec<String> = std::fs::read_dir("lua/decide")?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".lua"))
+        .collect();
+    found.sort();
+    if found != listed {
+        return Err(format!(
+            "lua/decide holds {found:?}, build.rs's DECIDE_PARTS joins {listed:?}: list every part once"
+        )
+        .into());
+    }
+    let mut lua = String::new();
+    for part in DECIDE_PARTS {
+        let path = format!("lua/decide/{part}.lua");
+        lua.push_str(&std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?);
+    }
+    write_if_changed(&out.join("tollgate.lua"), &lua)?;
+    // OUT_DIR is target/<profile>/build/<package>-<hash>/out.
+    if let Some(profile) = out.ancestors().nth(3) {
+        write_if_changed(&profile.join("tollgate.lua"), &lua)?;
+    }
+    Ok(())
+}
+
+fn write_if_changed(path: &Path, text: &str) -> std::io::Result<()> {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        std::fs::write(path, text)?;
+    }
+    Ok(())
 }

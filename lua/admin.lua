@@ -8,7 +8,7 @@
 -- Returns now, then per key its stored bytes (nil when there is no key): as they are
 --   ('read'), or as they were just before the reset ('reset').
 --
--- A reset is src/algorithm/inspect.rs `reset` over the state formats of lua/tollgate.lua (its
+-- A reset is src/algorithm/inspect.rs `reset` over the state formats of the decision script (lua/decide/; its
 -- header): a fixed window is kept empty, ending 1 µs earlier; a sliding window becomes one
 -- empty entry in the granule after its newest; anything else (expired state included) is
 -- deleted. So no refund of a charge made before the reset (a mark: a window end, a granule, a
@@ -23,7 +23,7 @@ if not now then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- As lua/tollgate.lua: keys outlive their state by 1 s.
+-- As the decision script (lua/decide/call.lua): keys outlive their state by 1 s.
 local function ttl_ms(expires)
   return math.max(math.ceil((expires - now) / 1000), 0) + 1000
 end

@@ -132,7 +132,7 @@ SHARD_DPS=$(python3 -c "import json,sys; print(f\"{json.loads(sys.argv[1])['deci
 kill "$TG_PID"
 
 echo "redis-cli --pipe running tollgate.lua directly..." >&2
-SHA=$(redis-cli -p "$SINGLE" script load "$(cat lua/tollgate.lua)")
+SHA=$(redis-cli -p "$SINGLE" script load "$(cat target/release/tollgate.lua)")
 # The script's numbers are packed doubles (binary), which redis-benchmark cannot send: the
 # calls are written out as RESP by python3 and sent by `redis-cli --pipe` (one connection,
 # everything pipelined). PER calls to a script run (1: plain calls; more: a batch). ALG: 0 fixed

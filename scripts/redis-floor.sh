@@ -4,7 +4,7 @@
 # CLIENTS connections with one call in flight each (a closed loop of CLIENTS) running a
 # fixed-window Lua script (INCRBY, PEXPIRE on the first charge) over 10,000 keys: first against
 # a single node, then against a 3-primary cluster (redis-benchmark --cluster spreads the
-# connections over the primaries). The script is lighter than lua/tollgate.lua, so the tail it
+# connections over the primaries). The script is lighter than the decision script (lua/decide/), so the tail it
 # shows is a floor for any server that makes one Redis call per decision here.
 #
 #   scripts/redis-floor.sh [REQUESTS] [CLIENTS]   (defaults: 300000 64; prints a Markdown table)

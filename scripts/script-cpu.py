@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Redis CPU per call of lua/tollgate.lua (INFO commandstats), script against script.
+"""Redis CPU per call of the decision script (INFO commandstats), script against script.
 
 Starts its own redis-server on a free port, then for each scenario and round runs every
 script given on the same calls (alternating, so drift hits all alike): 40,000 EVALSHAs
@@ -13,7 +13,9 @@ charges, one per key: tenant, the shared global, tenant+model, key, d0).
 A script's layout is read from its `local CALL_NUMBERS, ...` line, so a script from before the
 slot id joined the call's numbers (5 of them) runs the scenarios it knows; the others are n/a.
 
-  python3 scripts/script-cpu.py lua/tollgate.lua [OTHER.lua ...] [--rounds 3] [--calls 40000]
+  python3 scripts/script-cpu.py target/release/tollgate.lua [OTHER.lua ...] [--rounds 3] [--calls 40000]
+
+(target/release/tollgate.lua is lua/decide/ as build.rs joins it: `cargo build --release`.)
 
 The argument layout is the script's header (src/store/redis/script.rs writes it).
 """
@@ -53,10 +55,13 @@ def calendar_timegm(tup):
     return calendar.timegm(tup + (0, 0, 0))
 
 
-def pack(charges, call_numbers, mode=DECIDE, slot=(0, 0), record=False, cost=1, overdraft=0):
+def pack(charges, layout, mode=DECIDE, slot=(0, 0), record=False, cost=1, overdraft=0):
     """One call's packed numbers: now (-1: Redis TIME), keys (and the record key: `record`),
     mode, no quota, charges (and, in the layouts with 7 call numbers or more, the slot id; with
-    8, a record's time to live: two minutes)."""
+    8, a record's time to live: two minutes). `layout` is the script's (call numbers, charge
+    numbers): a charge's numbers past the first 8 (max_wait, a class's pool and borrow_until, a
+    fair share) are 0."""
+    call_numbers, charge_numbers = layout
     nums = [-1, len(charges) + int(record), mode, 0, len(charges)]
     if call_numbers >= 7:
         nums += list(slot)
@@ -64,6 +69,7 @@ def pack(charges, call_numbers, mode=DECIDE, slot=(0, 0), record=False, cost=1, 
         nums += [120_000]
     for i, (alg, limit, window, burst) in enumerate(charges):
         nums += [i + 1, alg, limit, window, burst, overdraft, cost, 0]
+        nums += [0] * (charge_numbers - 8)
     return struct.pack("<%dd" % len(nums), *nums)
 
 
@@ -93,9 +99,11 @@ SCENARIOS = {
 
 
 def call_numbers(path):
+    """The script's (call numbers, charge numbers), from its layout line."""
     for line in open(path):
         if line.startswith("local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = "):
-            return int(line.split("=")[1].split(",")[0])
+            numbers = line.split("=")[1].split(",")
+            return int(numbers[0]), int(numbers[1])
     raise RuntimeError("%s has no layout line" % path)
 
 
@@ -212,7 +220,7 @@ def main():
             results = [[] for _ in a.scripts]
             for _ in range(a.rounds):
                 for i, sha in enumerate(shas):
-                    if layouts[i] < scenario[1]:
+                    if layouts[i][0] < scenario[1]:
                         continue
                     results[i].append(run(conn, sha, scenario, a.calls, layouts[i]))
             cells = ["%.2f (%.2f–%.2f)" % (sorted(r)[len(r) // 2], min(r), max(r)) if r else "n/a"

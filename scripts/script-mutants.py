@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The script-level differential test against planted faults: each mutant is a copy of
-lua/tollgate.lua with one off-by-one (in every algorithm, path and mode, reservations and
+"""The script-level differential test against planted faults: each mutant is a copy of the
+decision script (lua/decide/ as build.rs joins it, target/release/tollgate.lua) with one
+off-by-one (in every algorithm, path and mode, reservations and
 settles included), and the test
 (tests/behaviour/script.rs) must fail on every one of them.
 
@@ -43,34 +44,34 @@ MUTANTS = [
     ("usage cap", "  -- Usage stops adding at this many times a limit's capacity (limit::DEBT_CAP_FACTOR + 1).\n  local CAP = 101", "  -- Usage stops adding at this many times a limit's capacity (limit::DEBT_CAP_FACTOR + 1).\n  local CAP = 100"),
     ("general: count-rejected check cost", "    if ch.cost == 0 and mode == COUNT_REJECTED then return 0 end",
      "    if ch.cost == 0 and mode == COUNT_REJECTED then return 1 end"),
-    ("general: dry run writes", "        c.commit = stays and mode ~= DRY_RUN and c.added > 0",
-     "        c.commit = stays and c.added > 0"),
+    ("general: dry run writes", "      c.commit = stays and mode ~= DRY_RUN and c.added > 0",
+     "      c.commit = stays and c.added > 0"),
     ("general: quota verdict", "    if quota_total > 0 and quota_count == quota_total then",
      "    if quota_total > 0 and quota_count + 1 >= quota_total then"),
     ("general: a retry's need", "then ch.c.need = ch.c.need + ch.cost end",
      "then ch.c.need = ch.c.need + ch.cost + 1 end"),
-    ("general: overdraft counters stay", "        local stays = count_rejected or v == 0 or (v == 1 and c.overdraft)",
-     "        local stays = count_rejected or v == 0 or v == 1"),
-    ("token bucket: fit", "      return pcmp(nu, nf, bu, bf) <= 0",
-     "      return pcmp(nu, nf, bu, bf) < 0"),
-    ("token bucket: remaining", "      return math.max(p.burst - units(p, du, df), 0)",
-     "      return math.max(p.burst - units(p, du, df) + 1, 0)"),
-    ("token bucket: history kept", "      if #h > HISTORY * HIST then",
-     "      if #h > (HISTORY - 1) * HIST then"),
-    ("token bucket: refund", "        if hs > seq then\n          if pcmp(hu, hf, gu, gf) < 0 then gu, gf = hu, hf end",
-     "        if hs >= seq then\n          if pcmp(hu, hf, gu, gf) < 0 then gu, gf = hu, hf end"),
-    ("refund: what stays landed", "        if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end",
-     "        if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end\n        ch.landed = ch.landed + amount"),
-    ("reserve: what the record keeps", "            parts[#parts + 1] = struct.pack('<ddddd', ch.cost, ch.landed, ch.mark1, ch.mark2,",
-     "            parts[#parts + 1] = struct.pack('<ddddd', ch.cost + 1, ch.landed, ch.mark1, ch.mark2,"),
-    ("reserve: how long the record lives", "          redis.call('SET', record, struct.pack('<d', now + record_ms * 1000) ..",
-     "          redis.call('SET', record, struct.pack('<d', now + record_ms * 500) .."),
-    ("settle: what comes back", "          local back = e.added - ch.cost",
-     "          local back = e.added - ch.cost + 1"),
-    ("settle: the excess", "          local excess = ch.cost - e.cost",
-     "          local excess = ch.cost - e.cost - 1"),
-    ("settle: a second settle", "      redis.call('DEL', record)\n    else",
-     "    else"),
+    ("general: overdraft counters stay", "      local stays = mode == COUNT_REJECTED or v == 0 or (v == 1 and c.overdraft)",
+     "      local stays = mode == COUNT_REJECTED or v == 0 or v == 1"),
+    ("token bucket: fit", "    return pcmp(nu, nf, bu + wait, bf) <= 0",
+     "    return pcmp(nu, nf, bu + wait, bf) < 0"),
+    ("token bucket: remaining", "    return math.max(p.burst - units(p, du, df), 0)",
+     "    return math.max(p.burst - units(p, du, df) + 1, 0)"),
+    ("token bucket: history kept", "    if #h > HISTORY * HIST then",
+     "    if #h > (HISTORY - 1) * HIST then"),
+    ("token bucket: refund", "      if hs > seq then\n        if pcmp(hu, hf, gu, gf) < 0 then gu, gf = hu, hf end",
+     "      if hs >= seq then\n        if pcmp(hu, hf, gu, gf) < 0 then gu, gf = hu, hf end"),
+    ("refund: what stays landed", "      if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end",
+     "      if kept > 0 then ch.mark1, ch.mark2 = mark1, mark2 end\n      ch.landed = ch.landed + amount"),
+    ("reserve: what the record keeps", "        parts[#parts + 1] = struct.pack('<ddddd', ch.cost, ch.landed, ch.mark1, ch.mark2,",
+     "        parts[#parts + 1] = struct.pack('<ddddd', ch.cost + 1, ch.landed, ch.mark1, ch.mark2,"),
+    ("reserve: how long the record lives", "      redis.call('SET', record, struct.pack('<d', now + record_ms * 1000) ..",
+     "      redis.call('SET', record, struct.pack('<d', now + record_ms * 500) .."),
+    ("settle: what comes back", "        local back = e.added - ch.cost",
+     "        local back = e.added - ch.cost + 1"),
+    ("settle: the excess", "        local excess = ch.cost - e.cost",
+     "        local excess = ch.cost - e.cost - 1"),
+    ("settle: a second settle", "      end\n      redis.call('DEL', record)\n    end\n\n    -- A reservation's record of what landed",
+     "      end\n    end\n\n    -- A reservation's record of what landed"),
     ("direct reserve: the record, one charge",
      "      redis.call('SET', KEYS[KO + 2], struct.pack('<dddddd', now + record_ms * 1000, cost, cost,",
      "      redis.call('SET', KEYS[KO + 2], struct.pack('<dddddd', now + record_ms * 1000, cost, cost - 1,"),
@@ -89,8 +90,8 @@ MUTANTS = [
      "  -- As build()'s CAP: usage stops adding at this many times a limit's capacity.\n  local CAP = 100"),
     ("direct settle: a second settle", "    redis.call('DEL', record)\n    return table.concat(out)",
      "    return table.concat(out)"),
-    ("unreserve: the record stays", "      if mode == UNRESERVE then redis.call('DEL', record) end",
-     "      if mode == UNRESERVE then end"),
+    ("unreserve: the record stays", "    if mode == UNRESERVE then redis.call('DEL', record) end",
+     "    if mode == UNRESERVE then end"),
 ]
 
 
@@ -99,13 +100,13 @@ def main():
     ap.add_argument("--cases", default="10000")
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    lua = open(os.path.join(root, "lua", "tollgate.lua")).read()
     subprocess.run(["cargo", "test", "--release", "--test", "behaviour", "--no-run"], cwd=root,
                    check=True, capture_output=True)
+    lua = open(os.path.join(root, "target", "release", "tollgate.lua")).read()
     missed = 0
     for name, old, new in MUTANTS:
         if lua.count(old) != 1:
-            sys.exit("script-mutants.py: %r is not in lua/tollgate.lua exactly once" % name)
+            sys.exit("script-mutants.py: %r is not in the decision script exactly once" % name)
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
             f.write(lua.replace(old, new))
         env = dict(os.environ, TOLLGATE_SCRIPT_LUA=f.name, TOLLGATE_SCRIPT_CASES=a.cases)

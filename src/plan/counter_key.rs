@@ -2,7 +2,7 @@
 //! that owns the limit, and the limit's shape.
 //!
 //! The hash tag (between the braces) is the domain plus the entries down to the descriptor's
-//! tag depth (`plan::tag_depth`: the first per-value level, or the shallowest counter if that is
+//! tag depth (`super::keys`'s `tag_depth`: the first per-value level, or the shallowest counter if that is
 //! higher), so one tenant's keys share a Redis Cluster hash slot while a constant first entry
 //! (`tier=free`) does not gather every tenant on one; a `shared` limit gets a tag of its own.
 //! Keys and values are

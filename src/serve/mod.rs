@@ -174,7 +174,97 @@ async fn start_serving(
     shutdown: Shutdown,
 ) -> anyhow::Result<Running> {
     let reload_status = Arc::new(ReloadStatus::new(opts.metrics.clone()));
-    let (config, xds_state) = match &opts.config {
+    let (config, xds_state) = load_config(&opts, &reload_status, &shutdown).await?;
+    let limiter = Arc::new(RateLimiter::new(
+        config.clone(),
+        store.clone(),
+        opts.settings.clone(),
+        opts.metrics.clone(),
+        local_fallback(&opts),
+    ));
+    let listeners = Listeners::bind(&opts).await?;
+    let (health_service, ready) = start_health(&opts, &store, config.clone(), &shutdown).await;
+    tokio::spawn(upkeep(store.clone(), shutdown.clone()));
+    if let AnyStore::Redis(redis) = &*store {
+        if let Some(regional) = redis.regional() {
+            tokio::spawn(regional.run(config.clone(), shutdown.clone()));
+        }
+    }
+    let life = Lifetimes {
+        shutdown: shutdown.clone(),
+        drain_delay: opts.drain_delay,
+        grace: opts.drain_delay + opts.shutdown_grace,
+    };
+    let threads = threads::thread_count(opts.serving_threads);
+    let grpc_addr = listeners.grpc.local_addr()?;
+    // The other gRPC services, beside `ShouldRateLimit` (served by `grpc::Calls` itself).
+    let routes = tonic::service::Routes::new(health_service)
+        .add_service(
+            crate::pb::tollgate::slots::v1::slots_server::SlotsServer::new(
+                crate::serve::slots::SlotsService::new(limiter.clone()),
+            ),
+        )
+        .add_service(
+            crate::pb::tollgate::reservations::v1::reservations_server::ReservationsServer::new(
+                crate::serve::reservations::ReservationsService::new(limiter.clone()),
+            ),
+        );
+    let grpc = start_grpc(
+        &opts,
+        listeners.grpc,
+        threads,
+        &limiter,
+        routes,
+        &store,
+        &life,
+    )?;
+    let admin_state = Arc::new(AdminState {
+        limiter,
+        config,
+        reload_status,
+        ready,
+        ready_needs_config: opts.ready_needs_config,
+        xds: xds_state,
+        metrics_path: opts.metrics_path.clone(),
+        token: opts.admin_token.clone(),
+        config_source: match &opts.config {
+            ConfigSource::Files(path) => format!("files {}", path.display()),
+            ConfigSource::Xds(xds) => format!("xDS {}", xds.server),
+        },
+    });
+    let http_addr = listeners.admin.http.local_addr()?;
+    let admin_write_addr = match &listeners.admin.write {
+        Some(l) => Some(l.local_addr()?),
+        None => None,
+    };
+    let mut tasks = start_admin(&opts, admin_state, listeners.admin, &life)?;
+    tracing::info!(
+        %grpc_addr,
+        %http_addr,
+        tls = opts.transport.tls.is_some(),
+        serving_threads = threads,
+        "tollgate serving"
+    );
+    tasks.push(grpc);
+    let close = Box::pin(async move { store.close().await });
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        admin_write_addr,
+        shutdown,
+        tasks,
+        close,
+    })
+}
+
+/// The config, from files (re-read every `reload_interval`) or an xDS control plane (waited
+/// for unless `start_without_config`), and what the admin pages show of xDS.
+async fn load_config(
+    opts: &ServerOptions,
+    reload_status: &Arc<ReloadStatus>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<(Arc<ArcSwap<Config>>, Option<(String, Arc<XdsState>)>)> {
+    match &opts.config {
         ConfigSource::Files(path) => {
             let sources = read_sources(path, opts.load.files)?;
             let config = compile_sources(&sources, &opts.load)?;
@@ -191,7 +281,7 @@ async fn start_serving(
                 };
                 tokio::spawn(reloader.run(sources, shutdown.clone()));
             }
-            (config, None)
+            Ok((config, None))
         }
         ConfigSource::Xds(xds) => {
             let config = Arc::new(ArcSwap::from_pointee(Config::default()));
@@ -214,45 +304,66 @@ async fn start_serving(
                     _ = shutdown.wait() => anyhow::bail!("stopped before the first xDS config arrived"),
                 }
             }
-            (config, Some((xds.server.clone(), state)))
+            Ok((config, Some((xds.server.clone(), state))))
         }
-    };
-    let metrics = opts.metrics.clone();
-    // `--failure-mode local`'s in-process limiter.
-    let fallback = (opts.settings.failure_mode == FailureMode::Local).then(|| {
+    }
+}
+
+/// `--failure-mode local`'s in-process limiter.
+fn local_fallback(opts: &ServerOptions) -> Option<MemoryStore> {
+    (opts.settings.failure_mode == FailureMode::Local).then(|| {
         MemoryStore::new(Arc::new(SystemClock))
-            .with_metrics(metrics.clone())
+            .with_metrics(opts.metrics.clone())
             .with_max_bytes(opts.settings.max_store_bytes)
-    });
-    let limiter = Arc::new(RateLimiter::new(
-        config.clone(),
-        store.clone(),
-        opts.settings.clone(),
-        metrics.clone(),
-        fallback,
-    ));
+    })
+}
 
-    let connections = Connections::new(&opts.transport)?;
-    let grpc_listener = bind(opts.grpc_addr, "gRPC").await?;
-    let http_listener = bind(opts.http_addr, "HTTP").await?;
-    let mut extra_listeners = Vec::new();
-    for addr in &opts.extra_admin_addrs {
-        extra_listeners.push(bind(*addr, "HTTP").await?);
-    }
-    if opts.admin_write_addr.is_some() && opts.admin_token.is_none() {
-        anyhow::bail!("--admin-write-addr needs --admin-token-file: resets require a token");
-    }
-    let write_listener = match opts.admin_write_addr {
-        Some(addr) => Some(bind(addr, "admin writes").await?),
-        None => None,
-    };
-    let grpc_addr = grpc_listener.local_addr()?;
-    let http_addr = http_listener.local_addr()?;
-    let admin_write_addr = match &write_listener {
-        Some(l) => Some(l.local_addr()?),
-        None => None,
-    };
+/// Every listener, bound before anything is served (a taken port fails the start).
+struct Listeners {
+    grpc: TcpListener,
+    admin: AdminListeners,
+}
 
+/// The admin listeners: the main one, the extra ones (`--debug-addr`, `--metrics-addr`) and
+/// the write listener (`--admin-write-addr`).
+struct AdminListeners {
+    http: TcpListener,
+    extra: Vec<TcpListener>,
+    write: Option<TcpListener>,
+}
+
+impl Listeners {
+    async fn bind(opts: &ServerOptions) -> anyhow::Result<Listeners> {
+        let grpc = bind(opts.grpc_addr, "gRPC").await?;
+        let http = bind(opts.http_addr, "HTTP").await?;
+        let mut extra = Vec::new();
+        for addr in &opts.extra_admin_addrs {
+            extra.push(bind(*addr, "HTTP").await?);
+        }
+        if opts.admin_write_addr.is_some() && opts.admin_token.is_none() {
+            anyhow::bail!("--admin-write-addr needs --admin-token-file: resets require a token");
+        }
+        let write = match opts.admin_write_addr {
+            Some(addr) => Some(bind(addr, "admin writes").await?),
+            None => None,
+        };
+        Ok(Listeners {
+            grpc,
+            admin: AdminListeners { http, extra, write },
+        })
+    }
+}
+
+/// gRPC health NOT_SERVING until readiness says otherwise, and the task that follows it.
+async fn start_health(
+    opts: &ServerOptions,
+    store: &Arc<AnyStore>,
+    config: Arc<ArcSwap<Config>>,
+    shutdown: &Shutdown,
+) -> (
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    Arc<AtomicBool>,
+) {
     let (reporter, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_SERVICES {
         reporter
@@ -265,151 +376,125 @@ async fn start_serving(
     store.maintain().await;
     tokio::spawn(follow_readiness(
         store.clone(),
-        opts.ready_needs_config.then(|| config.clone()),
+        opts.ready_needs_config.then_some(config),
         shutdown.clone(),
         ready.clone(),
         reporter,
-        metrics.clone(),
+        opts.metrics.clone(),
     ));
-    tokio::spawn(upkeep(store.clone(), shutdown.clone()));
-    if let AnyStore::Redis(redis) = &*store {
-        if let Some(regional) = redis.regional() {
-            tokio::spawn(regional.run(config.clone(), shutdown.clone()));
+    (health_service, ready)
+}
+
+/// How the server winds down: on shutdown, readiness drops, and the listeners close
+/// `drain_delay` later; `grace` after the shutdown, whatever is still open is stopped.
+#[derive(Clone)]
+struct Lifetimes {
+    shutdown: Shutdown,
+    drain_delay: Duration,
+    grace: Duration,
+}
+
+impl Lifetimes {
+    /// Resolves when the listeners should stop accepting.
+    fn drain(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (shutdown, delay) = (self.shutdown.clone(), self.drain_delay);
+        async move {
+            shutdown.wait().await;
+            tokio::time::sleep(delay).await;
         }
     }
 
-    let drain = {
-        let shutdown = shutdown.clone();
-        let delay = opts.drain_delay;
-        move || {
-            let shutdown = shutdown.clone();
-            async move {
-                shutdown.wait().await;
-                tokio::time::sleep(delay).await;
-            }
+    /// Resolves when what is still open must stop.
+    fn deadline(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (shutdown, grace) = (self.shutdown.clone(), self.grace);
+        async move {
+            shutdown.wait().await;
+            tokio::time::sleep(grace).await;
         }
-    };
-    // Every serving thread serves its connections with clones of the same services.
-    let grace = opts.drain_delay + opts.shutdown_grace;
+    }
+}
+
+/// The serving threads: each serves its connections with clones of the same services
+/// (`ShouldRateLimit`, and `routes`: health, slots, reservations).
+fn start_grpc(
+    opts: &ServerOptions,
+    listener: TcpListener,
+    threads: usize,
+    limiter: &Arc<RateLimiter<AnyStore>>,
+    routes: tonic::service::Routes,
+    store: &Arc<AnyStore>,
+    life: &Lifetimes,
+) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
+    let connections = Connections::new(&opts.transport)?;
     let serve = {
-        let (shutdown, drain, store) = (shutdown.clone(), drain.clone(), store.clone());
-        let limiter = limiter.clone();
+        let (store, limiter, life) = (store.clone(), limiter.clone(), life.clone());
         move |accepted: threads::Accepted| {
-            let routes = tonic::service::Routes::new(health_service.clone())
-                .add_service(
-                    crate::pb::tollgate::slots::v1::slots_server::SlotsServer::new(
-                        crate::serve::slots::SlotsService::new(limiter.clone()),
-                    ),
-                )
-                .add_service(
-                    crate::pb::tollgate::reservations::v1::reservations_server::ReservationsServer::new(
-                        crate::serve::reservations::ReservationsService::new(limiter.clone()),
-                    ),
-                );
-            let calls = Calls::new(limiter.clone(), routes);
-            let (connections, drain) = (connections.clone(), drain());
-            let (shutdown, store) = (shutdown.clone(), store.clone());
+            let calls = Calls::new(limiter.clone(), routes.clone());
+            let (connections, drain, deadline) =
+                (connections.clone(), life.drain(), life.deadline());
             let serve = async move {
                 tokio::select! {
                     () = transport::serve(accepted, calls, connections, drain) => {}
-                    _ = async { shutdown.wait().await; tokio::time::sleep(grace).await } => {
+                    _ = deadline => {
                         tracing::warn!("gRPC calls still open after the grace period; stopping");
                     }
                 }
                 Ok(())
             };
+            let store = store.clone();
             async move { store.serve_thread(serve).await }
         }
     };
-    let threads = threads::thread_count(opts.serving_threads);
-    let grpc = threads::start_threads(
-        grpc_listener,
+    threads::start_threads(
+        listener,
         threads,
         opts.transport.max_connections,
         serve,
-        drain(),
-    )?;
-    let admin_state = Arc::new(AdminState {
-        limiter,
-        config,
-        reload_status,
-        ready,
-        ready_needs_config: opts.ready_needs_config,
-        xds: xds_state,
-        metrics_path: opts.metrics_path.clone(),
-        token: opts.admin_token.clone(),
-        config_source: match &opts.config {
-            ConfigSource::Files(path) => format!("files {}", path.display()),
-            ConfigSource::Xds(xds) => format!("xDS {}", xds.server),
-        },
-    });
-    let app = admin::router(admin_state.clone(), opts.admin_json, opts.admin_ui);
-    let max_admin = opts.admin_max_connections;
-    let http = admin_http::serve(http_listener, app.clone(), max_admin, drain());
+        life.drain(),
+    )
+}
+
+/// Serves the admin listeners; each task stops at the drain, the main one at the grace period
+/// at the latest.
+fn start_admin(
+    opts: &ServerOptions,
+    state: Arc<AdminState<AnyStore>>,
+    listeners: AdminListeners,
+    life: &Lifetimes,
+) -> anyhow::Result<Vec<JoinHandle<anyhow::Result<()>>>> {
+    let app = admin::router(state.clone(), opts.admin_json, opts.admin_ui);
+    let max = opts.admin_max_connections;
     let mut tasks = Vec::new();
-    if let Some(listener) = write_listener {
+    if let Some(listener) = listeners.write {
         let addr = listener.local_addr()?;
-        let writes = admin_http::serve(
-            listener,
-            admin::write_router(admin_state),
-            max_admin,
-            drain(),
-        );
+        let writes = admin_http::serve(listener, admin::write_router(state), max, life.drain());
         tracing::info!(%addr, "admin writes (POST /counters/reset) served, token required");
         tasks.push(tokio::spawn(async move {
             writes.await;
             Ok(())
         }));
     }
-    for listener in extra_listeners {
+    for listener in listeners.extra {
         let addr = listener.local_addr()?;
-        let extra = admin_http::serve(listener, app.clone(), max_admin, drain());
+        let extra = admin_http::serve(listener, app.clone(), max, life.drain());
         tracing::info!(%addr, "admin endpoints also served");
         tasks.push(tokio::spawn(async move {
             extra.await;
             Ok(())
         }));
     }
-    tracing::info!(
-        %grpc_addr,
-        %http_addr,
-        tls = opts.transport.tls.is_some(),
-        serving_threads = threads,
-        "tollgate serving"
-    );
-    let deadline = {
-        let shutdown = shutdown.clone();
-        let limit = opts.drain_delay + opts.shutdown_grace;
-        move || {
-            let shutdown = shutdown.clone();
-            async move {
-                shutdown.wait().await;
-                tokio::time::sleep(limit).await;
+    let http = admin_http::serve(listeners.http, app, max, life.drain());
+    let deadline = life.deadline();
+    tasks.push(tokio::spawn(async move {
+        tokio::select! {
+            () = http => Ok(()),
+            _ = deadline => {
+                tracing::warn!("HTTP requests still open after the grace period; stopping");
+                Ok(())
             }
         }
-    };
-    let http_deadline = deadline();
-    tasks.extend([
-        grpc,
-        tokio::spawn(async move {
-            tokio::select! {
-                () = http => Ok(()),
-                _ = http_deadline => {
-                    tracing::warn!("HTTP requests still open after the grace period; stopping");
-                    Ok(())
-                }
-            }
-        }),
-    ]);
-    let close = Box::pin(async move { store.close().await });
-    Ok(Running {
-        grpc_addr,
-        http_addr,
-        admin_write_addr,
-        shutdown,
-        tasks,
-        close,
-    })
+    }));
+    Ok(tasks)
 }
 
 async fn follow_readiness(

@@ -44,14 +44,14 @@ pub fn budget(deadline: Option<tokio::time::Instant>) -> Option<u64> {
 
 /// When the store's answer is due for a caller whose deadline is `deadline`: the same margin
 /// as [`budget`] keeps for the answer's way back. Envoy's filter sends its timeout as
-/// `grpc-timeout` (20 ms by default): its store answer is due 15 ms after the call came.
+/// `grpc-timeout` (20 ms by default): its store answer is due 12 ms after the call came.
 pub fn due(deadline: Option<tokio::time::Instant>) -> Option<tokio::time::Instant> {
     Some(due_from(deadline?, tokio::time::Instant::now()))
 }
 
 fn due_from(deadline: tokio::time::Instant, now: tokio::time::Instant) -> tokio::time::Instant {
     let left = deadline.saturating_duration_since(now);
-    let margin = (left / 10).max(Duration::from_millis(5));
+    let margin = (left / 10).max(Duration::from_millis(8));
     now + left.saturating_sub(margin)
 }
 

@@ -7,7 +7,7 @@
 //! `/json` endpoint both call [`RateLimiter::should_rate_limit`].
 //!
 //! [`validate`]: crate::service::validate::validate
-//! [`plan`]: crate::plan::plan
+//! [`plan`]: crate::plan::pipeline::plan
 
 pub mod answer;
 pub mod decision;
@@ -32,7 +32,8 @@ use crate::algorithm::rule::{ChargeOutcome, Mode, Role};
 use crate::config::{Config, DomainPolicy};
 use crate::limit::Algorithm;
 use crate::pb::rls::{RateLimitRequest, RateLimitResponse};
-use crate::plan::{plan, Plan, PlannedCharge};
+use crate::plan::pipeline::plan;
+use crate::plan::{Plan, PlannedCharge};
 use crate::service::answer::{
     Answered, AnsweredBy, Ended, Released, SettleDone, Settled, SlotsDone,
 };

@@ -545,3 +545,27 @@ async fn pairs(kind: StoreKind) {
 fn calls_paired_by_a_request_id_reserve_then_settle() {
     for_every_store(pairs);
 }
+
+/// The record lives under the key docs/configuration.md ("The record") names:
+/// `<prefix>v3:{tag}|rsv:<hi>.<lo>`, the id's two 13-digit halves in hex without leading zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_is_under_the_documented_key() {
+    let redis = crate::support::kit::blocking(crate::support::kit::redis_single);
+    let clock = ManualClock::new(T0_US - T0_US % (60 * S) + S);
+    let setup = crate::support::kit::RedisSetup::new(redis.url(), &clock);
+    let prefix = setup.key_prefix.clone();
+    let store = Arc::new(AnyStore::from(setup.connect()));
+    crate::support::kit::wait_ready(store.as_ref()).await;
+    let l = limiter_with(&[CONFIG], &load(), Settings::default(), store);
+    let id = reserve(&l, "llm", &[("requests", "r")], 1)
+        .await
+        .expect("fits");
+    assert_eq!(id.len(), 26, "{id}");
+    let half = |h: &str| format!("{:x}", u64::from_str_radix(h, 16).expect("hex"));
+    let key = format!(
+        "{prefix}v3:{{llm|requests=r}}|rsv:{}.{}",
+        half(&id[..13]),
+        half(&id[13..])
+    );
+    assert_eq!(redis.cli(&["EXISTS", &key]), "1", "no record at {key}");
+}

@@ -1,5 +1,5 @@
 //! The script against the Rust algorithms, call by call, with no service in between: generated
-//! calls go to `EVALSHA` of `lua/tollgate.lua` on a redis-server of this test and to
+//! calls go to `EVALSHA` of the decision script (`lua/decide/`) on a redis-server of this test and to
 //! `algorithm::batch` directly (what the memory store runs), and every answer must be equal —
 //! allowed, remaining, wait, what landed and where — and so must the state each key is left
 //! in: the script's bytes decoded by `script::decode_state`, field by field, against the Rust

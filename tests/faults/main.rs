@@ -10,6 +10,7 @@
 mod support;
 
 mod durability;
+mod log_lines;
 mod matrix;
 mod pause;
 mod sentinel;
@@ -39,7 +40,10 @@ const READINESS_BOUND: Duration = Duration::from_secs(2);
 /// How long a wait may go on past its bound, so a late event is still measured and reported.
 const OVERRUN: Duration = Duration::from_secs(8);
 const FAILURE_HEADER: &str = "x-tollgate-store-failure";
-const DECIDE_LUA: &str = include_str!("../../lua/tollgate.lua");
+/// The decision script as Redis loads it.
+fn decide_lua() -> &'static str {
+    tollgate::store::redis::script::Script::tollgate().lua
+}
 
 /// A large limit: traffic is never denied by it, so every answer that is not OK is a failure.
 const ROOMY_YAML: &str = r#"
@@ -322,7 +326,7 @@ async fn script_flush_mid_traffic(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_on_a_single_node_fails_no_decision() {
     let redis = blocking(RedisServer::start);
-    let sha = fred::util::sha1_hash(DECIDE_LUA);
+    let sha = fred::util::sha1_hash(decide_lua());
     script_flush_mid_traffic(
         &redis.url(),
         "single node",
@@ -335,7 +339,7 @@ async fn script_flush_on_a_single_node_fails_no_decision() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn script_flush_on_every_cluster_node_fails_no_decision() {
     let cluster = blocking(|| RedisCluster::start(3, 1));
-    let sha = fred::util::sha1_hash(DECIDE_LUA);
+    let sha = fred::util::sha1_hash(decide_lua());
     script_flush_mid_traffic(
         &cluster.seed_url(),
         "cluster",

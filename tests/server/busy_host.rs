@@ -1,5 +1,5 @@
 //! Defaults that hold when Redis is far or the host is busy (issue 58): the Redis deadline
-//! follows the caller's `grpc-timeout` (less a tenth, at least 5 ms, for the way back), capped
+//! follows the caller's `grpc-timeout` (less a tenth, at least 8 ms, for the way back), capped
 //! by `--redis-timeout`, and a caller without one gets the cap whole (1 s by default). Redis
 //! sits 30 ms away (each way) behind the test's own delaying proxy, and the binary runs with
 //! its defaults: a caller with no deadline and one with 500 ms are answered by Redis on every

@@ -38,3 +38,15 @@ impl Builder<'_> {
         (self.env)(&var).is_some()
     }
 }
+
+/// Go's `strconv.ParseBool`.
+pub fn go_bool(name: &str, value: &str) -> Result<bool, CompatError> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(CompatError::Bool {
+            name: name.to_string(),
+            value: value.to_string(),
+        }),
+    }
+}

@@ -6,7 +6,7 @@
 //! call's script instead joins the thread's open batch for its hash slot. The batch's first call
 //! yields once and then sends it, so the batch leaves once every task that was ready on the
 //! thread has run: the calls that arrived together leave together, and a lone call waits for
-//! nothing. `lua/tollgate.lua` decides each call of a batch on its own (a call that fails does
+//! nothing. The decision script (`lua/decide/`) decides each call of a batch on its own (a call that fails does
 //! not fail the others) and answers each, so a batch changes what Redis does per call, never
 //! what it decides. A batch of one is sent as a plain call.
 //!

@@ -3,7 +3,7 @@
 //! A request follows the decision [`protocol`](crate::store::protocol) over its
 //! [`placement`](crate::store::placement) groups. On one node a request is one group; on a
 //! cluster every key of a group lives in one hash slot. Either way one `EVALSHA` of
-//! `lua/tollgate.lua` decides and charges a group atomically ([`script`]). On a cluster,
+//! The decision script (`lua/decide/`, joined by build.rs) decides and charges a group atomically ([`script`]). On a cluster,
 //! descriptor groups run concurrently (one round trip for all of them), shared limits after
 //! them, and a group that charged for a request that ends up denied takes its charges back
 //! exactly. That can briefly under-admit, never over-admit.

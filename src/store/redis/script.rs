@@ -1,4 +1,4 @@
-//! The Redis side of a decision: `lua/tollgate.lua`, its argument and reply formats, and the
+//! The Redis side of a decision: the decision script (`lua/decide/`), its argument and reply formats, and the
 //! `EVALSHA` call that survives `NOSCRIPT` and resharding.
 //!
 //! The layouts are documented at the top of the script; this file is the only Rust code that
@@ -75,8 +75,9 @@ impl Script {
         }
     }
 
+    /// The decision script: `lua/decide/`'s parts as build.rs joins them.
     pub fn tollgate() -> Script {
-        let lua = include_str!("../../../lua/tollgate.lua");
+        let lua = include_str!(concat!(env!("OUT_DIR"), "/tollgate.lua"));
         Script {
             lua,
             sha: fred::util::sha1_hash(lua),
@@ -517,12 +518,12 @@ mod tests {
 
     /// The numbers a line `local A, B = 1, 2` of the script gives its names.
     fn lua_locals(names: &str) -> Vec<String> {
-        let lua = include_str!("../../../lua/tollgate.lua");
+        let lua = super::Script::tollgate().lua;
         let prefix = format!("local {names} = ");
         let line = lua
             .lines()
             .find(|l| l.trim_start().starts_with(&prefix))
-            .unwrap_or_else(|| panic!("lua/tollgate.lua has no line `{prefix}...`"));
+            .unwrap_or_else(|| panic!("the decision script has no line `{prefix}...`"));
         line.trim_start()[prefix.len()..]
             .split(',')
             .map(|v| v.trim().to_string())
@@ -549,7 +550,7 @@ mod tests {
             ]
         );
         // Answers are the script's widest packs: none is wider, and some are exactly as wide.
-        let lua = include_str!("../../../lua/tollgate.lua");
+        let lua = super::Script::tollgate().lua;
         let widths: Vec<usize> = lua
             .split("struct.pack('<")
             .skip(1)
