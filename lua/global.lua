@@ -11,20 +11,44 @@ local function now_us()
 end
 
 -- Home: the authority's state, the time it is read at, and 1 when this asker (ARGV[2]) now
--- holds it until its write (KEYS[2], for ARGV[3] ms), 0 when another asker does.
+-- holds it until its write (KEYS[2], for ARGV[3] ms), 0 when another asker does. An asker
+-- that finds it held waits its turn in a queue (KEYS[3], by first arrival): the write that
+-- ends a hold hands it to the longest waiting, so a far region's ask, a round trip per try,
+-- is not overtaken forever by near regions asking every period.
 if op == 'read' then
   local holder = redis.call('GET', KEYS[2])
-  if holder and holder ~= ARGV[2] then return {now_us(), '', 0} end
+  if holder and holder ~= ARGV[2] then
+    local t = redis.call('TIME')
+    redis.call('ZADD', KEYS[3], 'NX', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000),
+      ARGV[2])
+    redis.call('PEXPIRE', KEYS[3], 4 * tonumber(ARGV[3]))
+    return {now_us(), '', 0}
+  end
+  redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
   return {now_us(), redis.call('GET', KEYS[1]) or '', 1}
 end
 
+-- Home: ends asker ARGV[5]'s hold (KEYS[2]) and hands it to the longest waiting asker in
+-- the queue (KEYS[3]) that asked within the last ARGV[6] ms, for ARGV[7] ms.
+local function hand_on()
+  if redis.call('GET', KEYS[2]) ~= ARGV[5] then return end
+  redis.call('DEL', KEYS[2])
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms - tonumber(ARGV[6]))
+  local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if next then
+    redis.call('ZREM', KEYS[3], next)
+    redis.call('SET', KEYS[2], next, 'PX', ARGV[7])
+  end
+end
+
 -- Home: the authority's new state, only if nobody wrote it since `read` (ARGV[2] the state
 -- read, '' for none; ARGV[3] the new one; ARGV[4] its time to live, ms): the time it was
--- written, or '' when another write came first.
--- ARGV[5] the asker, whose hold (KEYS[2]) ends.
+-- written, or '' when another write came first. The asker's hold ends (`hand_on`).
 if op == 'cas' then
-  if redis.call('GET', KEYS[2]) == ARGV[5] then redis.call('DEL', KEYS[2]) end
+  hand_on()
   local cur = redis.call('GET', KEYS[1]) or ''
   if cur ~= ARGV[2] then return '' end
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
@@ -42,7 +66,7 @@ if op == 'flush' then
   return 1
 end
 
--- A region gives units back: KEYS[1] is its lease counter for the window (tollgate.lua's
+-- A region gives units back: KEYS[1] is its lease counter for the window (the decision script's
 -- fixed window: count and end, packed), ARGV[2] the units to give back, ARGV[3] what the
 -- region holds for the window, ARGV[4] the counter's end if it has none (µs). The units are
 -- counted as spent, so no instance can spend them whatever view of the pool it holds; at

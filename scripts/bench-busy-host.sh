@@ -2,7 +2,7 @@
 # Error answers per million calls with 0.1.0's Redis deadline and 0.2.0's (issue 58, "Defaults
 # that hold on a busy host"): 0.1.0 gave every decision 10 ms of Redis whatever the caller
 # (`--redis-timeout 10ms`, then its default); 0.2.0 follows the caller's `grpc-timeout` (less a
-# tenth, at least 5 ms) up to `--redis-timeout`, now 1 s, which a caller without one gets whole.
+# tenth, at least 8 ms) up to `--redis-timeout`, now 1 s, which a caller without one gets whole.
 #
 #   scripts/bench-busy-host.sh [ROUNDS] [SECONDS]     # defaults 3 and 20
 #

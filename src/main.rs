@@ -10,6 +10,7 @@ use tollgate::base::shutdown::Shutdown;
 use tollgate::cli::compat;
 use tollgate::cli::query;
 use tollgate::cli::{Cli, ClockArg, Command, ServeArgs};
+use tollgate::config::global::RegionCheck;
 use tollgate::config::load::{load_path, LoadOptions};
 use tollgate::serve::transport::{GrpcTls, Transport};
 use tollgate::serve::{self, ConfigSource, ServerOptions};
@@ -76,7 +77,13 @@ fn main() -> ExitCode {
                     &LoadOptions {
                         merge_domains: args.merge_domains,
                         usage_domains: args.usage_domains.unwrap_or_default(),
-                        region: args.region,
+                        region: match args.region {
+                            Some(region) => RegionCheck::One {
+                                region,
+                                reachable: None,
+                            },
+                            None => RegionCheck::EveryNamed,
+                        },
                         ..LoadOptions::default()
                     },
                 )?;
@@ -146,7 +153,54 @@ fn message(e: &anyhow::Error) -> String {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let _traces = logging::init_traces(&args.traces.options())?;
-    let settings = Settings {
+    if args.disabled {
+        tracing::warn!("--disabled: every request is answered OK without a decision");
+    }
+    let statistics = match args.disable_stats {
+        true => None,
+        false => Some(Arc::new(Statistics::new(
+            read_mapper(args.prometheus_mapper.as_deref())?,
+            args.near_limit_ratio,
+        ))),
+    };
+    let metrics = Arc::new(match &statistics {
+        Some(s) => Metrics::new().with_statistics(s.clone()),
+        None => Metrics::new(),
+    });
+    let opts = server_options(&args, statistics.clone(), metrics.clone())?;
+    let shutdown = Shutdown::new();
+    shutdown.on_signals();
+    let statsd = tollgate::telemetry::stats::statsd::spawn(
+        &args.statsd,
+        statistics.clone(),
+        shutdown.clone(),
+    );
+    let running = match &args.redis_url {
+        None if args.regions.region.is_some() => {
+            anyhow::bail!("--region needs --redis-url: a region's leases live in its Redis")
+        }
+        None => {
+            let store = MemoryStore::new(Arc::new(SystemClock))
+                .with_metrics(metrics)
+                .with_max_bytes(args.max_store_bytes);
+            serve::start(opts, store.into(), shutdown).await?
+        }
+        Some(url) => {
+            let store = redis_store(&args, url, metrics).await?;
+            serve::start(opts, store.into(), shutdown).await?
+        }
+    };
+    running.wait().await?;
+    if let Some(statsd) = statsd {
+        // Its last flush, briefly.
+        let _ = tokio::time::timeout(Duration::from_secs(1), statsd).await;
+    }
+    Ok(())
+}
+
+/// How the service answers beyond the config (`serve`'s answer flags).
+fn settings(args: &ServeArgs) -> Settings {
+    Settings {
         count_rejected: args.count_rejected,
         global_shadow: args.shadow_mode,
         headers: args.response_headers.then(|| HeaderNames {
@@ -175,22 +229,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .filter(|k| !k.is_empty())
             .cloned()
             .collect(),
-    };
-    if args.disabled {
-        tracing::warn!("--disabled: every request is answered OK without a decision");
     }
-    let statistics = match args.disable_stats {
-        true => None,
-        false => Some(Arc::new(Statistics::new(
-            read_mapper(args.prometheus_mapper.as_deref())?,
-            args.near_limit_ratio,
-        ))),
-    };
-    let metrics = Arc::new(match &statistics {
-        Some(s) => Metrics::new().with_statistics(s.clone()),
-        None => Metrics::new(),
-    });
-    let opts = ServerOptions {
+}
+
+/// The server's listeners, admin endpoints, transport, config source and lifetimes.
+fn server_options(
+    args: &ServeArgs,
+    statistics: Option<Arc<Statistics>>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<ServerOptions> {
+    Ok(ServerOptions {
         grpc_addr: args.grpc_addr,
         http_addr: args.http_addr,
         extra_admin_addrs: args
@@ -238,87 +286,79 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             merge_domains: args.merge_domains,
             files: args.config_files,
             usage_domains: args.usage_domains.clone().unwrap_or_default(),
-            stats: statistics.clone(),
-            region: args.regions.region.clone(),
+            stats: statistics,
+            region: match &args.regions.region {
+                Some(region) => RegionCheck::One {
+                    region: region.clone(),
+                    // Its own Redis, and each --region-redis.
+                    reachable: Some(
+                        std::iter::once(region.clone())
+                            .chain(args.regions.region_redis.iter().map(|(n, _)| n.clone()))
+                            .collect(),
+                    ),
+                },
+                None => RegionCheck::None,
+            },
         },
         metrics_path: args.metrics_path.clone(),
-        settings,
+        settings: settings(args),
         reload_interval: args.config_reload_interval.0,
         drain_delay: args.drain_delay,
         shutdown_grace: args.shutdown_grace,
-        metrics: metrics.clone(),
+        metrics,
         serving_threads: args.serving_threads,
+    })
+}
+
+/// The Redis store `--redis-url` names, in `--region`'s region when given, its
+/// `--redis-wait-replicas` checked against the topology.
+async fn redis_store(
+    args: &ServeArgs,
+    url: &str,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<RedisStore> {
+    let password = match &args.redis_password_file {
+        None => None,
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--redis-password-file {}: {e}", path.display()))?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
     };
-    let shutdown = Shutdown::new();
-    shutdown.on_signals();
-    let statsd = tollgate::telemetry::stats::statsd::spawn(
-        &args.statsd,
-        statistics.clone(),
-        shutdown.clone(),
-    );
-    let running = match &args.redis_url {
-        None if args.regions.region.is_some() => {
-            anyhow::bail!("--region needs --redis-url: a region's leases live in its Redis")
-        }
-        None => {
-            let store = MemoryStore::new(Arc::new(SystemClock))
-                .with_metrics(metrics)
-                .with_max_bytes(args.max_store_bytes);
-            serve::start(opts, store.into(), shutdown).await?
-        }
-        Some(url) => {
-            let password = match &args.redis_password_file {
-                None => None,
-                Some(path) => Some(
-                    std::fs::read_to_string(path)
-                        .map_err(|e| {
-                            anyhow::anyhow!("--redis-password-file {}: {e}", path.display())
-                        })?
-                        .trim_end_matches(['\r', '\n'])
-                        .to_string(),
-                ),
-            };
-            let redis = RedisOptions {
-                url: url.clone(),
-                password,
-                key_prefix: args.redis_key_prefix.clone(),
-                timeout: args.redis_timeout,
-                connect_timeout: args.redis_connect_timeout,
-                clock: match args.clock {
-                    ClockArg::Redis => ClockSource::Redis,
-                    ClockArg::Local => ClockSource::Local(Arc::new(SystemClock)),
-                },
-                local_cache_size: args.local_cache_size,
-                read_replicas: args.read_replicas,
-                wait_replicas: args.redis_wait_replicas,
-                metrics,
-                ca_file: args.redis_ca_file.clone(),
-                client_cert: args
-                    .redis_client_cert
-                    .clone()
-                    .zip(args.redis_client_key.clone()),
-            };
-            let store = RedisStore::connect(redis, Arc::new(SystemClock))?;
-            if let Some(region) = &args.regions.region {
-                store
-                    .with_region(RegionOptions {
-                        region: region.clone(),
-                        homes: args.regions.region_redis.clone(),
-                    })
-                    .map_err(anyhow::Error::msg)?;
-            }
-            store
-                .check_wait_replicas(args.redis_connect_timeout * 3)
-                .await?;
-            serve::start(opts, store.into(), shutdown).await?
-        }
+    let redis = RedisOptions {
+        url: url.to_string(),
+        password,
+        key_prefix: args.redis_key_prefix.clone(),
+        timeout: args.redis_timeout,
+        connect_timeout: args.redis_connect_timeout,
+        clock: match args.clock {
+            ClockArg::Redis => ClockSource::Redis,
+            ClockArg::Local => ClockSource::Local(Arc::new(SystemClock)),
+        },
+        local_cache_size: args.local_cache_size,
+        read_replicas: args.read_replicas,
+        wait_replicas: args.redis_wait_replicas,
+        metrics,
+        ca_file: args.redis_ca_file.clone(),
+        client_cert: args
+            .redis_client_cert
+            .clone()
+            .zip(args.redis_client_key.clone()),
     };
-    running.wait().await?;
-    if let Some(statsd) = statsd {
-        // Its last flush, briefly.
-        let _ = tokio::time::timeout(Duration::from_secs(1), statsd).await;
+    let store = RedisStore::connect(redis, Arc::new(SystemClock))?;
+    if let Some(region) = &args.regions.region {
+        store
+            .with_region(RegionOptions {
+                region: region.clone(),
+                homes: args.regions.region_redis.clone(),
+            })
+            .map_err(anyhow::Error::msg)?;
     }
-    Ok(())
+    store
+        .check_wait_replicas(args.redis_connect_timeout * 3)
+        .await?;
+    Ok(store)
 }
 
 /// `--prometheus-mapper`: the mapping file, parsed (an error names the file and line).

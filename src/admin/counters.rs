@@ -26,7 +26,8 @@ use crate::limit::{Algorithm, Limit};
 use crate::pb::common::rate_limit_descriptor::Entry;
 use crate::pb::common::RateLimitDescriptor;
 use crate::pb::rls::RateLimitRequest;
-use crate::plan::{plan, Plan, PlannedCharge};
+use crate::plan::pipeline::plan;
+use crate::plan::{Plan, PlannedCharge};
 use crate::service::error::InvalidRequest;
 use crate::service::validate::{validate, Bounds};
 use crate::store::error::StoreError;
@@ -372,18 +373,34 @@ pub async fn inspect<S: Store>(
         .zip(readings)
         .map(|(c, r)| {
             let l = &*c.limit;
+            // A global limit: the region's lease counter, limited to what the region holds
+            // (less what it gave back, which the counter counts as spent).
+            let params = match r.held {
+                Some(h) => Cow::Owned(crate::limit::LimitParams {
+                    limit: h.units,
+                    burst: h.units,
+                    ..l.params
+                }),
+                None => Cow::Borrowed(&l.params),
+            };
             let Usage {
-                used,
+                mut used,
                 remaining,
                 debt,
-                reset_after_us,
-            } = inspect::usage(&r.state, &l.params, r.now_us);
+                mut reset_after_us,
+            } = inspect::usage(&r.state, &params, r.now_us);
+            let mut limit = params.capacity();
+            if let Some(h) = r.held {
+                reset_after_us = h.reset_after_us;
+                limit = h.units.saturating_sub(h.back);
+                used = used.saturating_sub(h.back);
+            }
             let reset_after_s = reset_after_us.div_ceil(1_000_000);
             CounterView {
                 name: l.metric_label.clone(),
                 algorithm: l.params.algorithm.name(),
                 window: window_text(l),
-                limit: l.params.capacity(),
+                limit,
                 used,
                 remaining,
                 reset_after_s,

@@ -283,7 +283,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_REDIS_KEY_PREFIX", default_value = "tg:")]
     pub redis_key_prefix: String,
     /// The longest one decision waits on Redis; past it the failure mode answers. A caller's
-    /// grpc-timeout shortens it (less a tenth, at least 5 ms, for the answer's way back: 15 ms
+    /// grpc-timeout shortens it (less a tenth, at least 8 ms, for the answer's way back: 12 ms
     /// for Envoy's 20 ms filter); a caller that sends none gets it whole.
     #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT", default_value = "1s", value_parser = duration::parse_positive)]
     pub redis_timeout: Duration,
@@ -504,7 +504,8 @@ pub struct CheckConfigArgs {
     /// As `serve --usage-domains`: the limits printed are the ones serve would enforce.
     #[arg(long, env = "TOLLGATE_USAGE_DOMAINS", value_parser = UsageDomains::parse)]
     pub usage_domains: Option<UsageDomains>,
-    /// As `serve --region`: a global limit must list it.
+    /// As `serve --region`: a global limit must list it. Without it, a file with global
+    /// limits is checked for every region they name.
     #[arg(long, env = "TOLLGATE_REGION")]
     pub region: Option<String>,
 }

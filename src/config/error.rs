@@ -290,6 +290,8 @@ pub enum LimitError {
     GlobalWithoutRegion(String),
     #[error("global limit '{id}' is not shared by this instance's region '{region}' (its regions: list)")]
     GlobalNotListed { id: String, region: String },
+    #[error("global limit '{id}' is homed in region '{home}', whose Redis this instance has no way to reach: add --region-redis {home}=URL (TOLLGATE_REGION_REDIS)")]
+    GlobalHomeUnreachable { id: String, home: String },
     #[error(transparent)]
     Lease(#[from] LeaseError),
     /// A lease a usage domain (`--usage-domains`) makes impossible: its limits are overdraft

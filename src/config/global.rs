@@ -94,9 +94,53 @@ pub(super) fn compile_global(g: RawGlobal, id: String) -> AcrossRegions {
     }
 }
 
-/// Every global limit of `domain` shared by `region` (this instance's `--region`): without a
-/// region, or with one a limit does not list, the file is refused.
-pub fn check_region(domain: &Domain, region: Option<&str>) -> Result<(), LimitError> {
+/// Which regions a config is checked for ([`check_region`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RegionCheck {
+    /// No region (`serve` without `--region`): a global limit is refused.
+    #[default]
+    None,
+    /// This instance's region (`--region`), and the regions whose Redis it can reach (its own
+    /// and each `--region-redis`; `None`: not known, as in `check-config --region`).
+    One {
+        region: String,
+        reachable: Option<Vec<String>>,
+    },
+    /// Every region the file's global limits name (`check-config` without `--region`: a
+    /// config shared by all regions is checked for each of them).
+    EveryNamed,
+}
+
+/// Every global limit of `domain` shared by the region(s) `check` names: without a region,
+/// or with one a limit does not list, the file is refused; so is a limit homed in a region
+/// whose Redis this instance cannot reach (no `--region-redis` for it).
+pub fn check_region(domain: &Domain, check: &RegionCheck) -> Result<(), LimitError> {
+    match check {
+        RegionCheck::None => check_one(domain, None, None),
+        RegionCheck::One { region, reachable } => {
+            check_one(domain, Some(region), reachable.as_deref())
+        }
+        RegionCheck::EveryNamed => {
+            let mut named: Vec<String> = Vec::new();
+            domain.root.each_limit(&mut |l| {
+                for r in l.global.iter().flat_map(|g| &g.regions) {
+                    if !named.contains(r) {
+                        named.push(r.clone());
+                    }
+                }
+            });
+            named
+                .iter()
+                .try_for_each(|r| check_one(domain, Some(r), None))
+        }
+    }
+}
+
+fn check_one(
+    domain: &Domain,
+    region: Option<&str>,
+    reachable: Option<&[String]>,
+) -> Result<(), LimitError> {
     let mut out = Ok(());
     domain.root.each_limit(&mut |l| {
         if let (Some(g), Ok(())) = (&l.global, &out) {
@@ -106,6 +150,12 @@ pub fn check_region(domain: &Domain, region: Option<&str>) -> Result<(), LimitEr
                     id: g.id.clone(),
                     region: r.to_string(),
                 }),
+                Some(_) if reachable.is_some_and(|homes| !homes.contains(&g.home)) => {
+                    Err(LimitError::GlobalHomeUnreachable {
+                        id: g.id.clone(),
+                        home: g.home.clone(),
+                    })
+                }
                 Some(_) => Ok(()),
             };
         }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::compile::compile_file;
-use crate::config::global::check_region;
+use crate::config::global::{check_region, RegionCheck};
 
 use super::{Config, Domain, Level};
 
@@ -25,9 +25,11 @@ pub struct LoadOptions {
     pub usage_domains: UsageDomains,
     /// envoyproxy/ratelimit's statistics, bound to each compiled rule (`None`: off).
     pub stats: Option<std::sync::Arc<crate::telemetry::stats::registry::Statistics>>,
-    /// This instance's region (`--region`): a file with a global limit that does not list it,
-    /// or any global limit without it, is refused.
-    pub region: Option<String>,
+    /// This instance's region (`--region`) and the homes it reaches: a file with a global
+    /// limit that does not list it, or any global limit without it, or homed where this
+    /// instance cannot reach, is refused (`check-config` without `--region`: checked for every
+    /// region the file names).
+    pub region: RegionCheck,
 }
 
 /// Which files of a config directory are read (subdirectories never are).
@@ -92,7 +94,7 @@ pub fn compile_sources(
     let mut config = Config::default();
     for (name, text) in sources {
         let mut domain = compile_file(name, text, &opts.usage_domains)?;
-        check_region(&domain, opts.region.as_deref()).map_err(|problem| {
+        check_region(&domain, &opts.region).map_err(|problem| {
             ConfigError::new(
                 name,
                 None,

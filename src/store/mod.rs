@@ -146,6 +146,20 @@ pub struct CounterReading {
     pub key: String,
     /// Units of it this instance holds in a lease (`lease:`, Redis only).
     pub lease: u64,
+    /// A global limit (Redis with `--region` only): the region's lease counter was read.
+    pub held: Option<Held>,
+}
+
+/// What a region holds of a global limit in the authority's current window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Granted to the region (its lease counter's limit).
+    pub units: u64,
+    /// Of them, given back to home: counted as spent in the lease counter, and no longer
+    /// the region's.
+    pub back: u64,
+    /// Until the window ends (µs).
+    pub reset_after_us: u64,
 }
 
 /// One global limit's lease in this region, as this instance last read it (docs/multi-region.md).

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use tollgate::config::compile::compile_file;
+use tollgate::config::global::RegionCheck;
 
 use tollgate::config::load::{compile_sources, load_path, LoadOptions};
 
@@ -1457,14 +1458,23 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us]}}
 ";
     let files = sources(&[("global.yaml", yaml)]);
-    let load = |region: Option<&str>| {
+    let check = |region: RegionCheck| {
         compile_sources(
             &files,
             &LoadOptions {
-                region: region.map(str::to_string),
+                region,
                 ..LoadOptions::default()
             },
         )
+    };
+    let load = |region: Option<&str>| {
+        check(match region {
+            Some(r) => RegionCheck::One {
+                region: r.to_string(),
+                reachable: None,
+            },
+            None => RegionCheck::None,
+        })
     };
     let none = load(None).expect_err("no region").to_string();
     assert!(
@@ -1477,6 +1487,46 @@ descriptors:
     assert!(
         other.contains("not shared by this instance's region 'ap'"),
         "{other}"
+    );
+    // An instance of us that cannot reach eu's Redis (no --region-redis eu=URL) is refused,
+    // naming the flag: it would refuse every request reaching the limit.
+    let unreachable = check(RegionCheck::One {
+        region: "us".into(),
+        reachable: Some(vec!["us".into()]),
+    })
+    .expect_err("home unreachable")
+    .to_string();
+    assert!(
+        unreachable.contains("homed in region 'eu'")
+            && unreachable.contains("--region-redis eu=URL"),
+        "{unreachable}"
+    );
+    check(RegionCheck::One {
+        region: "us".into(),
+        reachable: Some(vec!["us".into(), "eu".into()]),
+    })
+    .expect("home reachable");
+    // check-config without --region: the file is checked for every region it names.
+    check(RegionCheck::EveryNamed).expect("every limit lists eu and us");
+    let two = "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us]}}
+  - key: m
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us, ap]}}
+";
+    let err = compile_sources(
+        &sources(&[("two.yaml", two)]),
+        &LoadOptions {
+            region: RegionCheck::EveryNamed,
+            ..LoadOptions::default()
+        },
+    )
+    .expect_err("ap loads the file, but k does not list it")
+    .to_string();
+    assert!(
+        err.contains("two.yaml") && err.contains("not shared by this instance's region 'ap'"),
+        "{err}"
     );
     let config = load(Some("us")).expect("a listed region");
     let global = config.global_limits();

@@ -63,7 +63,7 @@ struct Sent {
     took: Duration,
 }
 
-fn now_us() -> u64 {
+pub(super) fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after the epoch")
@@ -132,7 +132,7 @@ fn rate(t: Duration, us: bool) -> u64 {
 }
 
 /// Admitted per authority window in a region's Redis: its lease counters `…|g<window>`.
-fn admitted_by_window(ports: &[u16]) -> BTreeMap<u64, u64> {
+pub(super) fn admitted_by_window(ports: &[u16]) -> BTreeMap<u64, u64> {
     let mut out = BTreeMap::new();
     for &port in ports {
         let keys = cli_on(port, &["--scan", "--pattern", "*|g[0-9]*"]);

@@ -16,6 +16,9 @@ struct Seen {
     acked: u64,
     /// Its safe share is counted as issued in the current window.
     safe_counted: bool,
+    /// What it last reported holding, `(window, units)` ([`Ask::held`]).
+    #[serde(default)]
+    held: [(u64, u64); 2],
 }
 
 /// The home region's authority for one global limit (its state is the authority key).
@@ -30,6 +33,11 @@ pub struct Authority {
     tokens: f64,
     refilled_at: u64,
     regions: Vec<Seen>,
+    /// The regions' names, in the order of `regions` (empty: a state written before regions
+    /// were kept by name, or the simulation's, which numbers them): a region is found by
+    /// name, so adding or reordering regions in `regions:` moves nobody's books.
+    #[serde(default)]
+    names: Vec<String>,
     /// Someone asked for more than was left in this window.
     short: bool,
     /// Grants nothing before this (a new authority after a failover).
@@ -58,8 +66,16 @@ impl Authority {
             ],
             short: false,
             cautious_until: 0,
+            names: Vec::new(),
         };
         a.window = a.window_of(now);
+        a
+    }
+
+    /// A new authority for the regions `names` (the service's: each region by name).
+    pub fn named(settings: GlobalLimit, names: &[String], now: u64) -> Authority {
+        let mut a = Authority::new(settings, names.len(), now);
+        a.names = names.to_vec();
         a
     }
 
@@ -70,20 +86,38 @@ impl Authority {
         self.cautious_until = now + self.settings.caution_us;
     }
 
-    /// The service read this state from home's Redis: the config may have changed the limit
-    /// or added regions since it was written (what was issued stays issued).
-    pub fn reconfigure(&mut self, settings: GlobalLimit, regions: usize) {
+    /// The service read this state from home's Redis: the config may have changed the limit,
+    /// or added, removed or reordered regions, since it was written (what was issued stays
+    /// issued). Each region's books follow its name into the asker's order (`names`, its
+    /// config's `regions:`, which an ask's `region` indexes); a region the asker's config does
+    /// not name keeps its books after them. A state without names (0.1.0's) numbered regions
+    /// by their place, as its config did.
+    pub fn reconfigure(&mut self, settings: GlobalLimit, names: &[String]) {
         self.settings = settings;
-        if self.regions.len() < regions {
-            let acked = self.refilled_at;
-            self.regions.resize(
-                regions,
-                Seen {
-                    acked,
-                    ..Seen::default()
-                },
+        if self.names.len() < self.regions.len() {
+            let n = self.names.len();
+            self.names.extend(
+                (n..self.regions.len()).map(|i| names.get(i).cloned().unwrap_or(format!("#{i}"))),
             );
         }
+        let fresh = Seen {
+            acked: self.refilled_at,
+            ..Seen::default()
+        };
+        let mut regions = Vec::with_capacity(names.len().max(self.regions.len()));
+        for name in names {
+            let seen = self.names.iter().position(|n| n == name);
+            regions.push(seen.map_or(fresh, |i| self.regions[i]));
+        }
+        let mut kept = names.to_vec();
+        for (i, name) in self.names.iter().enumerate() {
+            if !names.contains(name) {
+                regions.push(self.regions[i]);
+                kept.push(name.clone());
+            }
+        }
+        self.regions = regions;
+        self.names = kept;
     }
 
     fn window_of(&self, now: u64) -> u64 {
@@ -174,6 +208,22 @@ impl Authority {
             if let Kind::Window { .. } = self.settings.kind {
                 self.issued = self.issued.saturating_sub(ask.given_back);
             }
+        }
+        self.regions[ask.region].held = ask.held;
+        if let Kind::Window { .. } = self.settings.kind {
+            // Every unit a region holds was issued: a new authority (home's state lost) learns
+            // them from the asks during its caution, and grants no window twice to them.
+            let held = |window: u64| -> u64 {
+                self.regions
+                    .iter()
+                    .flat_map(|r| r.held)
+                    .filter(|&(hw, _)| hw == window)
+                    .map(|(_, u)| u)
+                    .sum()
+            };
+            let (now_held, next_held) = (held(w), held(w + 1));
+            self.issued = self.issued.max(now_held);
+            self.issued_next = self.issued_next.max(next_held);
         }
         let next = ask.next && matches!(self.settings.kind, Kind::Window { .. });
         let (starts_in_us, lifetime_us) = match self.settings.kind {

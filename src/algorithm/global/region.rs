@@ -95,6 +95,9 @@ pub struct Region {
     lapsed: u64,
     /// A request was refused since the last ask.
     refused: bool,
+    /// Units granted per authority window, less those given back (the two latest windows):
+    /// reported in each ask ([`Ask::held`]).
+    granted: [(u64, u64); 2],
 }
 
 /// What [`Region::admit`] decided.
@@ -128,7 +131,33 @@ impl Region {
             next_asked: false,
             lapsed: 0,
             refused: false,
+            granted: [(0, 0); 2],
         }
+    }
+
+    /// Counts `units` granted (negative: given back) for `window` in [`Region::granted`].
+    fn hold(&mut self, window: u64, units: i64) {
+        let slot = match self.granted.iter().position(|&(w, _)| w == window) {
+            Some(i) => i,
+            None => {
+                // An empty slot, else the older window's, makes room.
+                let [(w0, u0), (w1, u1)] = self.granted;
+                let i = if u0 == 0 || (u1 > 0 && w0 <= w1) {
+                    0
+                } else {
+                    1
+                };
+                self.granted[i] = (window, 0);
+                i
+            }
+        };
+        let (w, u) = self.granted[slot];
+        self.granted[slot] = (w, u.saturating_add_signed(units));
+    }
+
+    /// What this region holds, to report in an ask.
+    pub fn held(&self) -> [(u64, u64); 2] {
+        self.granted
     }
 
     /// Units spendable now.
@@ -223,12 +252,17 @@ impl Region {
         }
         let current =
             |c: &&mut Chunk| c.window == window && c.starts_at <= now && c.lapses_at > now;
+        let mut taken = 0;
         for c in self.chunks.iter_mut().filter(current) {
             let take = surplus.min(c.units);
             c.units -= take;
             surplus -= take;
-            self.given_back += take;
+            taken += take;
+        }
+        if taken > 0 {
+            self.given_back += taken;
             self.given_back_window = window;
+            self.hold(window, -(taken as i64));
         }
     }
 
@@ -347,6 +381,7 @@ impl Region {
             window: self.given_back_window,
             next,
             last_answer: self.last_answer,
+            held: self.granted,
         };
         self.given_back = 0;
         Some(ask)
@@ -397,6 +432,7 @@ impl Region {
             0
         };
         if grant.units > 0 {
+            self.hold(grant.window, grant.units as i64);
             self.chunks.push(Chunk {
                 units: grant.units,
                 starts_at,

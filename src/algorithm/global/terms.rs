@@ -69,6 +69,11 @@ pub struct Ask {
     pub next: bool,
     /// The authority's time ([`Grant::at`]) of the last answer the region received.
     pub last_answer: Option<u64>,
+    /// What the region holds of the authority's windows, `(window, units)`: granted to it
+    /// (its safe share not included), less what it gave back; `(0, 0)` for none. A new
+    /// authority (home's state lost) counts them as issued, so it never grants a window's
+    /// units a second time to regions that report what they hold.
+    pub held: [(u64, u64); 2],
 }
 
 /// The authority's answer.

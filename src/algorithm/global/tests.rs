@@ -29,6 +29,7 @@ fn heartbeat(region: usize, last_answer: Option<u64>) -> Ask {
         window: 0,
         next: false,
         last_answer,
+        held: [(0, 0); 2],
     }
 }
 
@@ -194,4 +195,80 @@ fn a_region_whose_answers_are_lost_is_silent_though_its_asks_arrive() {
     }
     a.grant(&ask(t), t);
     assert_eq!(a.issued(), 5, "silent since its last answer, at {t}");
+}
+
+#[test]
+fn a_new_authority_counts_what_the_regions_report_holding() {
+    let s = settings(1000);
+    let mut old = Authority::new(s, 2, 0);
+    let ask = |region, want, next| Ask {
+        want,
+        demand: 50.0,
+        target: want,
+        next,
+        ..heartbeat(region, None)
+    };
+    // Both regions hold 50 of window 0 and 50 of window 1 (asked near the end of window 0).
+    let mut regions = [Region::new(0, s, 10_000, 0), Region::new(1, s, 10_000, 0)];
+    for (i, r) in regions.iter_mut().enumerate() {
+        let g = old.grant(&ask(i, 50, false), 10);
+        r.answered(&g, 10, 20);
+        let n = old.grant(&ask(i, 50, true), 900_000);
+        r.answered(&n, 900_000, 900_010);
+        assert_eq!((g.units, n.units), (50, 50));
+    }
+    assert_eq!(regions[0].held(), [(0, 50), (1, 50)]);
+    // Home's state is lost at 950 ms: a new authority, cautious for 100 ms, hears each
+    // region's heartbeat (what it holds); in window 1 it counts their 100 as issued.
+    let mut new = Authority::new(s, 2, 950_000);
+    new.take_over(950_000);
+    for (i, r) in regions.iter().enumerate() {
+        let beat = Ask {
+            held: r.held(),
+            ..heartbeat(i, None)
+        };
+        new.grant(&beat, 960_000 + i as u64);
+    }
+    let g = new.grant(&ask(0, 50, false), 1_060_000);
+    assert_eq!((g.window, g.units, new.issued()), (1, 50, 150));
+    // Without the reports the new authority would not know of them.
+    let mut blind = Authority::new(s, 2, 950_000);
+    blind.take_over(950_000);
+    blind.grant(&ask(0, 50, false), 1_060_000);
+    assert_eq!(blind.issued(), 50);
+}
+
+#[test]
+fn regions_are_kept_by_name_when_the_config_adds_or_reorders_them() {
+    let s = settings(100);
+    let names = |v: &[&str]| v.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let us_asks = Ask {
+        want: 10,
+        demand: 5.0,
+        target: 10,
+        held: [(0, 7), (0, 0)],
+        ..heartbeat(1, None)
+    };
+    let mut a = Authority::named(s, &names(&["eu", "us"]), 0);
+    a.grant(&us_asks, 10);
+    a.reconfigure(s, &names(&["ap", "us", "eu"]));
+    let v = serde_json::to_value(&a).expect("state");
+    assert_eq!(v["names"], serde_json::json!(["ap", "us", "eu"]));
+    assert_eq!(v["regions"][1]["held"][0], serde_json::json!([0, 7]), "{v}");
+    assert_eq!(v["regions"][0]["held"][0], serde_json::json!([0, 0]), "{v}");
+    // A region one config no longer lists keeps its books, after the others.
+    a.reconfigure(s, &names(&["eu", "ap"]));
+    let v = serde_json::to_value(&a).expect("state");
+    assert_eq!(v["names"], serde_json::json!(["eu", "ap", "us"]));
+    assert_eq!(v["regions"][2]["held"][0], serde_json::json!([0, 7]), "{v}");
+    // A state written without names (0.1.0's) numbered regions by place.
+    let mut old = Authority::new(s, 2, 0);
+    old.grant(&us_asks, 10);
+    let mut state = serde_json::to_value(&old).expect("state");
+    state.as_object_mut().expect("an object").remove("names");
+    let mut read: Authority = serde_json::from_value(state).expect("0.1.0's state reads");
+    read.reconfigure(s, &names(&["eu", "us"]));
+    let v = serde_json::to_value(&read).expect("state");
+    assert_eq!(v["names"], serde_json::json!(["eu", "us"]));
+    assert_eq!(v["regions"][1]["held"][0], serde_json::json!([0, 7]), "{v}");
 }

@@ -224,6 +224,7 @@ impl MemoryStore {
                     now_us: now,
                     key: spec.key.to_string(),
                     lease: 0,
+                    held: None,
                 };
                 then(&mut locked, i, &reading, &spec.params);
                 reading

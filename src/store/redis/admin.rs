@@ -14,7 +14,7 @@ use crate::limit::Algorithm;
 use crate::plan::Plan;
 use crate::store::error::StoreError;
 use crate::store::placement::{place, Group, Layout, Placed};
-use crate::store::CounterReading;
+use crate::store::{CounterReading, Held};
 
 /// What a group's call does.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -144,6 +144,7 @@ impl Inner {
                     now_us: now,
                     key: spec.key.to_string(),
                     lease: self.leases.held(&spec.key),
+                    held: None,
                 });
             }
         }
@@ -159,12 +160,32 @@ impl Inner {
     /// limit what the region holds (a reset leaves it alone: spent units stay spent).
     pub(super) async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
         let mut placed = place(plan, &self.prefix, self.layout());
-        if let Some(r) = self.regional.get() {
-            if super::regional::board::has_global(plan) {
-                r.board.place(plan, &mut placed, self.wall.now_us());
+        let regional = self
+            .regional
+            .get()
+            .filter(|_| super::regional::board::has_global(plan));
+        let Some(r) = regional else {
+            return self.readings(&placed, Operation::Read).await;
+        };
+        let wall_us = self.wall.now_us();
+        let now = tokio::time::Instant::now();
+        r.board.place(plan, &mut placed, wall_us);
+        let mut readings = self.readings(&placed, Operation::Read).await?;
+        for ((c, spec), reading) in plan.charges.iter().zip(&placed.charges).zip(&mut readings) {
+            if let Some(g) = &c.limit.global {
+                let window = r.board.get(&g.id).and_then(|l| l.spendable(now));
+                reading.held = Some(Held {
+                    units: spec.params.limit,
+                    back: window.map_or(0, |w| w.back),
+                    reset_after_us: r.board.reset_after_us(
+                        &g.id,
+                        c.limit.params.window_us,
+                        wall_us,
+                    ),
+                });
             }
         }
-        self.readings(&placed, Operation::Read).await
+        Ok(readings)
     }
 
     pub(super) async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {

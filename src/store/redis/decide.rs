@@ -109,8 +109,12 @@ impl Inner {
         let mut dry_first = false;
         if mode == Mode::Decide {
             match inner.cache.lookup(&placed, inner.wall.now_us()) {
-                Lookup::AllExhausted(outcomes) => {
+                Lookup::AllExhausted(mut outcomes) => {
                     inner.opts.metrics.local_cache_hits.inc();
+                    if let Some(r) = regional {
+                        r.board
+                            .count(plan, mode, &mut outcomes, inner.wall.now_us());
+                    }
                     return Ok((outcomes, None));
                 }
                 Lookup::SomeExhausted => dry_first = true,
@@ -151,7 +155,7 @@ impl Inner {
             trace: logging::enabled().then(opentelemetry::Context::current),
         };
         let running = decision.decision.as_mut().expect("not detached yet");
-        let result = match tokio::time::timeout_at(deadline, running).await {
+        let mut result = match tokio::time::timeout_at(deadline, running).await {
             Ok(()) => {
                 decision.decision = None;
                 match rx.await {
@@ -174,8 +178,8 @@ impl Inner {
                 Cause::Timeout(Some(deadline.saturating_duration_since(now))),
             )),
         };
-        if let (Some(r), Ok((outcomes, _))) = (regional, &result) {
-            r.board.count(plan, mode, outcomes);
+        if let (Some(r), Ok((outcomes, _))) = (regional, &mut result) {
+            r.board.count(plan, mode, outcomes, inner.wall.now_us());
         }
         result.map_err(|e| inner.clients.explain(e))
     }

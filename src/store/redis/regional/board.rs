@@ -34,6 +34,8 @@ pub struct PoolWindow {
     pub units: u64,
     /// Of them, the safe share.
     pub safe: u64,
+    /// Of them, given back to home (counted as spent in the lease counter).
+    pub back: u64,
     pub from: Instant,
     pub until: Instant,
 }
@@ -164,8 +166,36 @@ impl Board {
         }
     }
 
-    /// After the decision: what each global limit admitted and refused here.
-    pub fn count(&self, plan: &Plan<'_>, mode: Mode, outcomes: &[ChargeOutcome]) {
+    /// Until the authority's current window ends, as this instance knows it: the lease's
+    /// lapse, else (no lease) the end of the window `window_us` on `wall_us`'s grid, the
+    /// authority's (its windows are its clock's time over the window). A lease counter is kept
+    /// a minute past its lapse, so its own end is no answer for a caller.
+    pub fn reset_after_us(&self, id: &str, window_us: u64, wall_us: u64) -> u64 {
+        let now = Instant::now();
+        match self.get(id).and_then(|l| l.spendable(now)) {
+            Some(w) => w.until.saturating_duration_since(now).as_micros() as u64,
+            None => window_us.max(1) - wall_us % window_us.max(1),
+        }
+    }
+
+    /// After the decision: what each global limit admitted and refused here, and each one's
+    /// wait the authority's window, not its lease counter's keep-alive.
+    pub fn count(&self, plan: &Plan<'_>, mode: Mode, outcomes: &mut [ChargeOutcome], wall_us: u64) {
+        for (c, o) in plan.charges.iter().zip(outcomes.iter_mut()) {
+            let Some(g) = &c.limit.global else {
+                continue;
+            };
+            let p = &c.limit.params;
+            let left = self.reset_after_us(&g.id, p.window_us, wall_us);
+            o.wait_us = if o.allowed || c.cost <= p.limit {
+                Some(match o.wait_us {
+                    Some(w) if o.allowed || w > 0 => w.min(left),
+                    _ => left,
+                })
+            } else {
+                None
+            };
+        }
         if !matches!(mode, Mode::Decide | Mode::CountRejected | Mode::Reserve) {
             return;
         }

@@ -7,7 +7,7 @@ pub enum RegionalError {
     Redis(String),
     #[error("the authority's state is unreadable: {0}")]
     State(String),
-    #[error("the authority's state kept changing under {0} tries")]
+    #[error("home's authority stayed busy (held by other regions' asks, or written in between) through {0} tries")]
     Busy(usize),
     #[error("--region-redis names this instance's region '{0}': its Redis is --redis-url")]
     OwnRegion(String),

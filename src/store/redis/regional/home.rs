@@ -15,16 +15,26 @@ use super::super::durable::Wait;
 use super::super::migration::Migrations;
 use super::super::script::{self, Script};
 use super::error::RegionalError;
+use super::inner::SILENT_AFTER;
 use crate::algorithm::global::authority::Authority;
 use crate::algorithm::global::terms::{Ask, GlobalLimit, Grant, Kind};
 
-/// Writes that lost a race, or found the authority held, are tried again this many times
-/// (within the ask's time).
+/// Writes that lost a race are tried again this many times (within the ask's time); an ask
+/// that finds the authority held waits its turn until its time is up.
 const TRIES: usize = 100;
 
 /// How long one asker holds the authority between its read and its write (a far region's
 /// round trip must fit; an asker that dies frees it by then).
 const HOLD_MS: u64 = 1000;
+
+/// How long a hold handed to the next asker in the queue waits for it to read (its next try
+/// comes within a round trip, of at most 350 ms, and 5 ms).
+const HANDED_MS: u64 = 500;
+
+/// A queued asker is dropped after this long: a region that asks again keeps its place (its
+/// first arrival), one that stopped asking (its instance died, or lost its region's lock)
+/// makes way.
+const QUEUED_MS: u64 = 3000;
 
 /// A home region's Redis, as one region's refill tasks reach it.
 pub struct HomeLink {
@@ -35,17 +45,20 @@ pub struct HomeLink {
 }
 
 impl HomeLink {
-    /// One ask answered by the authority of `key`, within `within`: the grant, and the units
-    /// issued in the window after it.
+    /// One ask of asker `me` (this instance) answered by the authority of `key`, within half a
+    /// second: the grant, and the units issued in the window after it.
     pub async fn ask(
         &self,
         script: &Script,
         key: &str,
         settings: GlobalLimit,
-        regions: usize,
+        regions: &[String],
         ask: &Ask,
-        within: Duration,
+        me: &str,
     ) -> Result<(Grant, u64), RegionalError> {
+        // Half the silence a region counts as cut off: an ask that waited out its time in the
+        // authority's queue leaves room for the region's next, which keeps its place there.
+        let within = SILENT_AFTER / 2;
         let until = Instant::now() + within;
         let options = Options {
             timeout: Some(within),
@@ -59,10 +72,11 @@ impl HomeLink {
         // The authority is held from the read to the write: a near region writing every
         // period would otherwise keep a far one's write from ever finding the state it read.
         let hold = format!("{key}-held");
-        let mut b = [0u8; 8];
-        let _ = getrandom::fill(&mut b);
-        let me = format!("{:016x}{}", u64::from_le_bytes(b), std::process::id());
-        for _ in 0..TRIES {
+        let queue = format!("{key}-queue");
+        let mut tries = 0;
+        let mut written_over = 0;
+        loop {
+            tries += 1;
             let (now, old, held): (String, String, i64) = script::eval(
                 &self.client,
                 &options,
@@ -72,30 +86,28 @@ impl HomeLink {
                 None,
                 || {
                     (
-                        vec![key.into(), hold.as_str().into()],
-                        vec![
-                            "read".into(),
-                            me.as_str().into(),
-                            HOLD_MS.to_string().into(),
-                        ],
+                        vec![key.into(), hold.as_str().into(), queue.as_str().into()],
+                        vec!["read".into(), me.into(), HOLD_MS.to_string().into()],
                     )
                 },
             )
             .await
             .map_err(redis)?;
             if held == 0 {
-                // Another region's ask holds it: a round trip at most.
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                // Another region's ask holds it (a round trip at most); this asker is queued,
+                // and the write that ends that hold hands it here in turn. Out of time, it
+                // keeps its place: its region's next ask is the same asker.
                 if Instant::now() >= until {
                     break;
                 }
+                tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
             }
             let now: u64 = now.parse().map_err(|_| RegionalError::State(now.clone()))?;
             let mut authority = if old.is_empty() {
                 // A first start, or a state lost (evicted, flushed, a failover without
                 // WAIT): cautious, so grants in flight land or lapse first.
-                let mut a = Authority::new(settings, regions, now);
+                let mut a = Authority::named(settings, regions, now);
                 a.take_over(now);
                 a
             } else {
@@ -121,13 +133,15 @@ impl HomeLink {
                 wait,
                 || {
                     (
-                        vec![key.into(), hold.as_str().into()],
+                        vec![key.into(), hold.as_str().into(), queue.as_str().into()],
                         vec![
                             "cas".into(),
                             old.as_str().into(),
                             new.as_str().into(),
                             ttl_ms.to_string().into(),
-                            me.as_str().into(),
+                            me.into(),
+                            QUEUED_MS.to_string().into(),
+                            HANDED_MS.to_string().into(),
                         ],
                     )
                 },
@@ -143,8 +157,14 @@ impl HomeLink {
                 }
                 return Ok((grant, authority.issued()));
             }
+            // Written in between (by an asker without the hold: an older release, or one
+            // whose hold ran out).
+            written_over += 1;
+            if written_over >= TRIES || Instant::now() >= until {
+                break;
+            }
         }
-        Err(RegionalError::Busy(TRIES))
+        Err(RegionalError::Busy(tries))
     }
 }
 

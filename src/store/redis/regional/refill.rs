@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::board::{LeaseView, PoolWindow};
 use super::error::RegionalError;
-use super::inner::{settings_of, Regional, PERIOD, SILENT_AFTER};
+use super::inner::{settings_of, Regional, PERIOD};
 use crate::algorithm::global::region::Region;
 use crate::algorithm::global::terms::{Ask, GlobalLimit, Grant};
 use crate::base::log_throttle;
@@ -211,7 +211,9 @@ impl Task {
         region.refused(refused, now);
         self.collect(Duration::ZERO).await?;
         let region = self.region.as_mut().expect("set above");
-        if let Some(ask) = region.tick(now) {
+        if let Some(mut ask) = region.tick(now) {
+            // What the region's pool holds, whoever held the lock when it was granted.
+            ask.held = held(&self.lease.windows().0, ask.held);
             if let Some(old) = self.in_flight.take() {
                 // Given up on (its answer may still land: its units stay counted, unspent).
                 old.task.abort();
@@ -273,7 +275,7 @@ impl Task {
         let reg = self.reg.clone();
         let keys = self.keys.clone();
         let home = self.g.home.clone();
-        let (settings, regions) = (self.settings, self.g.regions.len());
+        let (settings, g) = (self.settings, self.g.clone());
         let task = tokio::spawn(async move {
             let Some(link) = reg.homes.get(&home) else {
                 return Err(RegionalError::NoHome(home));
@@ -283,9 +285,9 @@ impl Task {
                     &reg.script,
                     &keys.authority,
                     settings,
-                    regions,
+                    &g.regions,
                     &ask,
-                    SILENT_AFTER,
+                    &reg.me,
                 )
                 .await?;
             Ok((grant, issued, Instant::now()))
@@ -420,11 +422,18 @@ impl Task {
 /// no earlier, a lapse no later, than the Redis clock says.
 fn windows(fields: &[String], now: u64, before: Instant, after: Instant) -> Vec<PoolWindow> {
     let mut out: Vec<PoolWindow> = Vec::new();
+    let mut backs: Vec<(u64, u64)> = Vec::new();
     for pair in fields.chunks(2) {
         let [name, value] = pair else { continue };
         let (safe, index) = match name.split_once(':') {
             Some(("w", n)) => (false, n),
             Some(("s", n)) => (true, n),
+            Some(("b", n)) => {
+                if let (Ok(index), Ok(units)) = (n.parse(), value.parse()) {
+                    backs.push((index, units));
+                }
+                continue;
+            }
             _ => continue,
         };
         let Ok(index) = index.parse::<u64>() else {
@@ -446,6 +455,7 @@ fn windows(fields: &[String], now: u64, before: Instant, after: Instant) -> Vec<
             index,
             units,
             safe: if safe { units } else { 0 },
+            back: 0,
             from,
             until,
         };
@@ -459,7 +469,31 @@ fn windows(fields: &[String], now: u64, before: Instant, after: Instant) -> Vec<
             None => out.push(w),
         }
     }
+    for (index, units) in backs {
+        if let Some(o) = out.iter_mut().find(|o| o.index == index) {
+            o.back = units;
+        }
+    }
     out.sort_by_key(|w| w.index);
+    out
+}
+
+/// What the region holds of the two latest windows of its pool, as an ask reports it
+/// ([`Ask::held`]): granted, less its safe share and what it gave back.
+/// `known`: what this instance's own books say (a grant that came this period is not in the
+/// pool it last read); per window the larger.
+fn held(windows: &[PoolWindow], known: [(u64, u64); 2]) -> [(u64, u64); 2] {
+    let mut out = [(0, 0); 2];
+    for (slot, w) in out.iter_mut().zip(windows.iter().rev()) {
+        let mine = known
+            .iter()
+            .find(|&&(k, _)| k == w.index)
+            .map_or(0, |&(_, u)| u);
+        *slot = (w.index, w.units.saturating_sub(w.safe + w.back).max(mine));
+    }
+    if out[0].1 == 0 && out[1].1 == 0 {
+        return known;
+    }
     out
 }
 
