@@ -116,8 +116,8 @@ impl Health {
     /// changes, check the eviction policy, and publish readiness.
     pub async fn upkeep(&self, clients: &Clients, script: &Script) {
         let was = self.ready.load(Ordering::Relaxed);
-        // The primaries the last round saw: fred may learn of a failover between rounds (a
-        // MOVED answer), and it must still be seen as one.
+        // The primaries the last round that reached Redis saw: fred may learn of a failover
+        // between rounds (a MOVED answer), and it must still be seen as one.
         let primaries_before = self.primaries.lock().clone();
         let probed = self.probe(clients).await;
         // Topology: re-synced when a primary fails to answer (in `probe`), on MOVED (by fred),
@@ -130,11 +130,16 @@ impl Health {
         }
         let now = probed.is_ok();
         let primaries = clients.primaries();
-        *self.primaries.lock() = primaries.clone();
-        if now && (!was || primaries != primaries_before) {
+        // Compared with the last round Redis answered: a failover seen while the probe failed
+        // (the old primary timing out as it steps down) is still one, logged once Redis answers.
+        let changed = now && primaries != primaries_before;
+        if now {
+            *self.primaries.lock() = primaries.clone();
+        }
+        if now && (!was || changed) {
             load_script(clients, script).await;
         }
-        if now && was && primaries != primaries_before && !primaries_before.is_empty() {
+        if changed && !primaries_before.is_empty() {
             // A failover or a reshard: one line naming what left and what came.
             let names = |s: &[Server]| {
                 s.iter()
