@@ -31,6 +31,7 @@ use crate::plan::{Plan, PlannedCharge};
 use crate::service::error::InvalidRequest;
 use crate::service::validate::{validate, Bounds};
 use crate::store::error::StoreError;
+use crate::store::GlobalHeld;
 use crate::store::Store;
 
 /// Which counters an operator asks about.
@@ -373,28 +374,16 @@ pub async fn inspect<S: Store>(
         .zip(readings)
         .map(|(c, r)| {
             let l = &*c.limit;
-            // A global limit: the region's lease counter, limited to what the region holds
-            // (less what it gave back, which the counter counts as spent).
-            let params = match r.held {
-                Some(h) => Cow::Owned(crate::limit::LimitParams {
-                    limit: h.units,
-                    burst: h.units,
-                    ..l.params
-                }),
-                None => Cow::Borrowed(&l.params),
-            };
+            // A global limit: the region's lease counter, as the region holds it.
+            let params = GlobalHeld::params(r.held, &l.params);
+            let mut usage = inspect::usage(&r.state, &params, r.now_us);
+            let limit = GlobalHeld::view(r.held, &mut usage).unwrap_or(params.capacity());
             let Usage {
-                mut used,
+                used,
                 remaining,
                 debt,
-                mut reset_after_us,
-            } = inspect::usage(&r.state, &params, r.now_us);
-            let mut limit = params.capacity();
-            if let Some(h) = r.held {
-                reset_after_us = h.reset_after_us;
-                limit = h.units.saturating_sub(h.back);
-                used = used.saturating_sub(h.back);
-            }
+                reset_after_us,
+            } = usage;
             let reset_after_s = reset_after_us.div_ceil(1_000_000);
             CounterView {
                 name: l.metric_label.clone(),

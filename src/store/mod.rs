@@ -12,8 +12,10 @@ use std::future::Future;
 
 use crate::algorithm::rule::Mode;
 
+use crate::algorithm::inspect::Usage;
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::State;
+use crate::limit::LimitParams;
 use crate::plan::Plan;
 
 use error::StoreError;
@@ -147,12 +149,12 @@ pub struct CounterReading {
     /// Units of it this instance holds in a lease (`lease:`, Redis only).
     pub lease: u64,
     /// A global limit (Redis with `--region` only): the region's lease counter was read.
-    pub held: Option<Held>,
+    pub held: Option<GlobalHeld>,
 }
 
 /// What a region holds of a global limit in the authority's current window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
+pub struct GlobalHeld {
     /// Granted to the region (its lease counter's limit).
     pub units: u64,
     /// Of them, given back to home: counted as spent in the lease counter, and no longer
@@ -160,6 +162,29 @@ pub struct Held {
     pub back: u64,
     /// Until the window ends (µs).
     pub reset_after_us: u64,
+}
+
+impl GlobalHeld {
+    /// `p` as the region's lease counter is limited: to what the region was granted.
+    pub fn params(held: Option<GlobalHeld>, p: &LimitParams) -> LimitParams {
+        match held {
+            Some(h) => LimitParams {
+                limit: h.units,
+                burst: h.units,
+                ..*p
+            },
+            None => *p,
+        }
+    }
+
+    /// The lease counter as an operator reads it: `used` what the region spent (not what it
+    /// gave back), the reset the window's end; returns the limit, what the region holds.
+    pub fn view(held: Option<GlobalHeld>, usage: &mut Usage) -> Option<u64> {
+        let h = held?;
+        usage.used = usage.used.saturating_sub(h.back);
+        usage.reset_after_us = h.reset_after_us;
+        Some(h.units.saturating_sub(h.back))
+    }
 }
 
 /// One global limit's lease in this region, as this instance last read it (docs/multi-region.md).

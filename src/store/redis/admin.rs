@@ -14,7 +14,7 @@ use crate::limit::Algorithm;
 use crate::plan::Plan;
 use crate::store::error::StoreError;
 use crate::store::placement::{place, Group, Layout, Placed};
-use crate::store::{CounterReading, Held};
+use crate::store::{CounterReading, GlobalHeld};
 
 /// What a group's call does.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -174,7 +174,7 @@ impl Inner {
         for ((c, spec), reading) in plan.charges.iter().zip(&placed.charges).zip(&mut readings) {
             if let Some(g) = &c.limit.global {
                 let window = r.board.get(&g.id).and_then(|l| l.spendable(now));
-                reading.held = Some(Held {
+                reading.held = Some(GlobalHeld {
                     units: spec.params.limit,
                     back: window.map_or(0, |w| w.back),
                     reset_after_us: r.board.reset_after_us(

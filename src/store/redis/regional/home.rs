@@ -15,7 +15,6 @@ use super::super::durable::Wait;
 use super::super::migration::Migrations;
 use super::super::script::{self, Script};
 use super::error::RegionalError;
-use super::inner::SILENT_AFTER;
 use crate::algorithm::global::authority::Authority;
 use crate::algorithm::global::terms::{Ask, GlobalLimit, Grant, Kind};
 
@@ -35,6 +34,11 @@ const HANDED_MS: u64 = 500;
 /// first arrival), one that stopped asking (its instance died, or lost its region's lock)
 /// makes way.
 const QUEUED_MS: u64 = 3000;
+
+/// How long one ask may take: half the silence after which a region counts itself cut off
+/// (`inner::SILENT_AFTER`, 1 s), so an ask that waited out its time in the authority's queue
+/// leaves room for the region's next, which keeps its place there.
+const ASK_WITHIN: Duration = Duration::from_millis(500);
 
 /// A home region's Redis, as one region's refill tasks reach it.
 pub struct HomeLink {
@@ -56,9 +60,7 @@ impl HomeLink {
         ask: &Ask,
         me: &str,
     ) -> Result<(Grant, u64), RegionalError> {
-        // Half the silence a region counts as cut off: an ask that waited out its time in the
-        // authority's queue leaves room for the region's next, which keeps its place there.
-        let within = SILENT_AFTER / 2;
+        let within = ASK_WITHIN;
         let until = Instant::now() + within;
         let options = Options {
             timeout: Some(within),
