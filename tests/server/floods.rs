@@ -55,6 +55,23 @@ pub(crate) fn closed_by(mut s: &TcpStream, until: Instant) -> bool {
     }
 }
 
+/// Sends a request (HTTP/1.1 for the admin port, HTTP/2's preface and SETTINGS for gRPC) and
+/// waits up to 5 s for the first bytes of the answer: the server has taken the connection.
+fn answered(mut s: &TcpStream, grpc: bool) -> bool {
+    let request: &[u8] = if grpc {
+        // The preface, then an empty SETTINGS frame (length 0, type 4, flags 0, stream 0).
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0"
+    } else {
+        b"GET /healthz HTTP/1.1\r\nHost: tollgate\r\n\r\n"
+    };
+    if s.write_all(request).is_err() {
+        return false;
+    }
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 512];
+    matches!(s.read(&mut buf), Ok(n) if n > 0)
+}
+
 pub(crate) async fn healthz(bin: &Binary) -> bool {
     http_client()
         .get(format!("{}/healthz", bin.http_url))
@@ -157,14 +174,21 @@ async fn past_the_connection_caps_a_connection_is_closed_at_once() {
     let (admin, grpc) = (port_of(&bin.http_url), port_of(&bin.grpc_url));
     tokio::task::spawn_blocking(move || {
         for port in [admin, grpc] {
+            // Each of the four is answered before the fifth connects, so the acceptor has
+            // taken all four (a fixed sleep was not enough on a busy CI box).
             let held: Vec<TcpStream> = (0..4)
-                .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+                .map(|_| {
+                    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    assert!(
+                        answered(&s, port == grpc),
+                        "port {port}: a connection within the cap was not served"
+                    );
+                    s
+                })
                 .collect();
-            // Give the acceptor time to take the four.
-            std::thread::sleep(Duration::from_millis(300));
             let extra = TcpStream::connect(("127.0.0.1", port)).unwrap();
             assert!(
-                closed_by(&extra, Instant::now() + Duration::from_secs(2)),
+                closed_by(&extra, Instant::now() + Duration::from_secs(5)),
                 "port {port}: a fifth connection was kept"
             );
             for s in &held {
