@@ -42,7 +42,7 @@ pub fn compile_file(
         })?;
         serde_yaml::from_str(text).map_err(|e| ConfigError::yaml(file, e))?
     };
-    compile_raw(file, raw, usage_domains)
+    compile_raw(file, raw, usage_domains).map_err(|e| super::locate::at_rule_in(e, text))
 }
 
 /// How many YAML documents with content `text` holds (an empty one after a trailing `---`

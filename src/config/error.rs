@@ -129,6 +129,22 @@ pub enum RuleError {
     Duplicate(#[from] DuplicateKey),
 }
 
+impl RuleError {
+    /// The composite key of the rule at fault (`None` for a rule without a key).
+    pub fn full_key(&self) -> Option<&str> {
+        match self {
+            RuleError::EmptyKey { .. } => None,
+            RuleError::ShareThresholdNeedsWildcard(k)
+            | RuleError::Limit { full_key: k, .. }
+            | RuleError::UnlimitedWithUnit(k)
+            | RuleError::UnlimitedWithOthers(k)
+            | RuleError::LeaseWithSeveralShared(k)
+            | RuleError::Metadata(k)
+            | RuleError::Duplicate(DuplicateKey(k)) => Some(k),
+        }
+    }
+}
+
 /// A rule whose composite key another rule of the same level already has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("duplicate descriptor composite key '{0}'")]

@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use crate::config::error::LimitError;
+use crate::config::error::{LimitError, RuleError};
 use crate::config::Domain;
 use crate::limit::regions::AcrossRegions;
 use crate::limit::Algorithm;
@@ -114,7 +114,7 @@ pub enum RegionCheck {
 /// Every global limit of `domain` shared by the region(s) `check` names: without a region,
 /// or with one a limit does not list, the file is refused; so is a limit homed in a region
 /// whose Redis this instance cannot reach (no `--region-redis` for it).
-pub fn check_region(domain: &Domain, check: &RegionCheck) -> Result<(), LimitError> {
+pub fn check_region(domain: &Domain, check: &RegionCheck) -> Result<(), RuleError> {
     match check {
         RegionCheck::None => check_one(domain, None, None),
         RegionCheck::One { region, reachable } => {
@@ -140,24 +140,31 @@ fn check_one(
     domain: &Domain,
     region: Option<&str>,
     reachable: Option<&[String]>,
-) -> Result<(), LimitError> {
+) -> Result<(), RuleError> {
     let mut out = Ok(());
-    domain.root.each_limit(&mut |l| {
-        if let (Some(g), Ok(())) = (&l.global, &out) {
-            out = match region {
-                None => Err(LimitError::GlobalWithoutRegion(g.id.clone())),
-                Some(r) if g.index_of(r).is_none() => Err(LimitError::GlobalNotListed {
+    domain.root.each_rule(&mut |rule| {
+        for g in rule.limits.iter().filter_map(|l| l.global.as_ref()) {
+            if out.is_err() {
+                return;
+            }
+            let problem = match region {
+                None => LimitError::GlobalWithoutRegion(g.id.clone()),
+                Some(r) if g.index_of(r).is_none() => LimitError::GlobalNotListed {
                     id: g.id.clone(),
                     region: r.to_string(),
-                }),
+                },
                 Some(_) if reachable.is_some_and(|homes| !homes.contains(&g.home)) => {
-                    Err(LimitError::GlobalHomeUnreachable {
+                    LimitError::GlobalHomeUnreachable {
                         id: g.id.clone(),
                         home: g.home.clone(),
-                    })
+                    }
                 }
-                Some(_) => Ok(()),
+                Some(_) => continue,
             };
+            out = Err(RuleError::Limit {
+                full_key: rule.full_key.clone(),
+                problem,
+            });
         }
     });
     out

@@ -94,16 +94,8 @@ pub fn compile_sources(
     let mut config = Config::default();
     for (name, text) in sources {
         let mut domain = compile_file(name, text, &opts.usage_domains)?;
-        check_region(&domain, &opts.region).map_err(|problem| {
-            ConfigError::new(
-                name,
-                None,
-                RuleError::Limit {
-                    full_key: domain.name.clone(),
-                    problem,
-                },
-            )
-        })?;
+        check_region(&domain, &opts.region)
+            .map_err(|e| super::locate::at_rule_in(ConfigError::new(name, None, e), text))?;
         if let Some(stats) = &opts.stats {
             crate::config::bind::bind(&mut domain, stats);
         }

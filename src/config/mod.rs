@@ -9,6 +9,7 @@ pub mod compile;
 pub mod error;
 pub mod global;
 pub mod load;
+mod locate;
 mod pool;
 mod raw;
 pub mod reload;
@@ -209,6 +210,14 @@ impl Level {
         for rule in self.rules() {
             rule.limits.iter().for_each(&mut *f);
             rule.children.each_limit(f);
+        }
+    }
+
+    /// Calls `f` with every rule of this level and the levels below it.
+    pub fn each_rule(&self, f: &mut dyn FnMut(&Rule)) {
+        for rule in self.rules() {
+            f(rule);
+            rule.children.each_rule(f);
         }
     }
 

@@ -14,8 +14,10 @@ use tollgate::config::Config;
 use tollgate::config::usage::UsageDomains;
 
 /// A file that must be rejected: `want` must appear in the message, and `line` is the line a
-/// YAML-level error points at (`None` for rules checked after parsing). A limit's fields checked
-/// against each other as it is read (calendar and concurrency keys) point at its rule's line.
+/// YAML-level error points at. A rule's problem, whether found as the file is read (a limit's
+/// fields checked against each other) or once it is parsed (a spend limit without `prices:`, a
+/// `max_wait` past its bucket), points at the rule's first line; `None` is for the domain's
+/// own problems and a rule without a key.
 struct Bad {
     name: &'static str,
     yaml: &'static str,
@@ -73,6 +75,137 @@ descriptors:
 ",
         want: "global safe_share 0.9: expected a fraction of the limit above 0 and at most 0.5",
         line: Some(3),
+    },
+    Bad {
+        name: "a global limit on a calendar window",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {calendar: month, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us]}}
+",
+        want: "global cannot be combined with calendar",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global region with a space in its name",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, \"u s\"]}}
+",
+        want: "invalid region name 'u s'",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global limit with no region",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: []}}
+",
+        want: "global regions: expected 1 to 64 regions, found 0",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global region listed twice",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us, eu]}}
+",
+        want: "global regions: 'eu' is listed twice",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global safe share without on_partition: safe_share",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us], safe_share: 0.1}}
+",
+        want: "global safe_share needs on_partition: safe_share",
+        line: Some(3),
+    },
+    Bad {
+        name: "a global on_partition of neither kind",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us], on_partition: wait}}
+",
+        want: "global on_partition 'wait': expected refuse or safe_share",
+        line: Some(3),
+    },
+    Bad {
+        name: "shares with a lease",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, lease: 2, shares: {by: p, classes: {a: 0.5}, default: a}}
+",
+        want: "shares cannot be combined with lease",
+        line: Some(3),
+    },
+    Bad {
+        name: "shares with no class",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, shares: {by: p, classes: {}, default: a}}
+",
+        want: "shares need by (the descriptor entry naming the class) and at least one class",
+        line: Some(3),
+    },
+    Bad {
+        name: "a class name with a space",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, shares: {by: p, classes: {\"a b\": 0.5}, default: \"a b\"}}
+",
+        want: "invalid class name 'a b'",
+        line: Some(3),
+    },
+    Bad {
+        name: "a class with a share of 0",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, shares: {by: p, classes: {a: 0}, default: a}}
+",
+        want: "class 'a' has share 0: expected a fraction of the pool above 0 and at most 1",
+        line: Some(3),
+    },
+    Bad {
+        name: "shares borrowing past the pool",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, shares: {by: p, classes: {a: 0.5}, default: a, borrow_until: 1.5}}
+",
+        want: "borrow_until 1.5: expected a fraction of the pool above 0 and at most 1",
+        line: Some(3),
+    },
+    Bad {
+        name: "a fair share naming no tenant entry",
+        yaml: "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10, shared: true, fair_share: {by: \"\"}}
+",
+        want: "fair_share needs by (the descriptor entry naming the tenant)",
+        line: Some(3),
+    },
+    Bad {
+        name: "a spend bucket with a burst",
+        yaml: "domain: d
+prices: {per_million_tokens: {m: {output: 1}}}
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, algorithm: token_bucket, spend: 5, burst: 3}
+",
+        want: "spend cannot be combined with burst",
+        line: Some(4),
     },
     Bad {
         name: "a window longer than ten years",
@@ -210,7 +343,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 2}
 ",
         want: "duplicate descriptor composite key 'd.k_v'",
-        line: None,
+        line: Some(6),
     },
     Bad {
         name: "duplicate key-only rule",
@@ -222,7 +355,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 2}
 ",
         want: "duplicate descriptor composite key 'd.k'",
-        line: None,
+        line: Some(5),
     },
     Bad {
         name: "duplicate wildcard",
@@ -236,7 +369,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 2}
 ",
         want: "duplicate descriptor composite key 'd.k_v*'",
-        line: None,
+        line: Some(6),
     },
     Bad {
         name: "duplicate in a nested level",
@@ -253,7 +386,7 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 1}
 ",
         want: "duplicate descriptor composite key 'd.k_v.k2_w'",
-        line: None,
+        line: Some(9),
     },
     Bad {
         name: "numeric and string value are the same value",
@@ -267,7 +400,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 ",
         want: "duplicate descriptor composite key 'd.code_200'",
-        line: None,
+        line: Some(6),
     },
     Bad {
         name: "bad unit",
@@ -287,7 +420,7 @@ descriptors:
     rate_limit: {requests_per_unit: 1}
 ",
         want: "'d.k': invalid rate limit unit ''",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "unlimited with a unit",
@@ -297,7 +430,7 @@ descriptors:
     rate_limit: {unlimited: true, unit: minute}
 ",
         want: "'d.k': should not specify rate limit unit when unlimited",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "unlimited combined with another limit",
@@ -309,7 +442,7 @@ descriptors:
       - {unit: minute, requests_per_unit: 1}
 ",
         want: "'d.k': an unlimited rate limit cannot be combined with other limits",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "unlimited after another limit",
@@ -321,7 +454,7 @@ descriptors:
       - unlimited: true
 ",
         want: "an unlimited rate limit cannot be combined with other limits",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "empty replaces name",
@@ -335,7 +468,7 @@ descriptors:
         - name: \"\"
 ",
         want: "'d.k': should not have an empty replaces entry",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "replaces entry without a name",
@@ -348,7 +481,7 @@ descriptors:
       replaces: [{}]
 ",
         want: "should not have an empty replaces entry",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "replaces itself",
@@ -363,7 +496,7 @@ descriptors:
         - name: per_key
 ",
         want: "'d.k': replaces should not contain name of same descriptor",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "share_threshold on an exact value",
@@ -375,7 +508,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 ",
         want: "share_threshold can only be used with wildcard values (containing '*'), but found key 'd.k_v'",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "share_threshold on a key-only rule",
@@ -386,7 +519,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 ",
         want: "share_threshold can only be used with wildcard values (containing '*'), but found key 'd.k'",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "bad algorithm",
@@ -436,7 +569,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, burst: 5}
 ",
         want: "'d.k': burst is only valid with algorithm token_bucket",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "lease on a limit that is not shared",
@@ -446,7 +579,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, lease: 10}
 ",
         want: "'d.k': lease is only valid on a shared limit (shared: true)",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "lease on a sliding window",
@@ -456,7 +589,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, shared: true, lease: 10, algorithm: sliding_window}
 ",
         want: "lease needs algorithm fixed_window",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "lease larger than the limit",
@@ -466,7 +599,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, shared: true, lease: 101}
 ",
         want: "lease must be from 1 to requests_per_unit (100), found 101",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "lease beside another shared limit of the rule",
@@ -478,7 +611,7 @@ descriptors:
       - {unit: hour, requests_per_unit: 1000, shared: true}
 ",
         want: "'d.k': lease: a rule with more than one shared limit cannot lease them",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "lease with overdraft",
@@ -488,7 +621,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100, shared: true, lease: 10, overdraft: true}
 ",
         want: "lease cannot be combined with overdraft",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "burst on a sliding window",
@@ -498,7 +631,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, algorithm: sliding_window, burst: 5}
 ",
         want: "burst is only valid with algorithm token_bucket",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "zero burst",
@@ -508,7 +641,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, algorithm: token_bucket, burst: 0}
 ",
         want: "'d.k': burst must be at least 1",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "token bucket with requests_per_unit 0",
@@ -518,7 +651,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 0, algorithm: token_bucket}
 ",
         want: "'d.k': a token_bucket limit needs requests_per_unit of at least 1",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "token bucket without requests_per_unit",
@@ -528,7 +661,7 @@ descriptors:
     rate_limit: {unit: minute, algorithm: token_bucket}
 ",
         want: "a token_bucket limit needs requests_per_unit of at least 1",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "an unknown time zone",
@@ -722,7 +855,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: token_bucket, burst: 1, max_wait: 20s}
 ",
         want: "max_wait is longer than this bucket can hold: at most 10s",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "shares on a limit that is not shared",
@@ -880,7 +1013,7 @@ descriptors:
     rate_limit: {calendar: month, spend: 500}
 ",
         want: "'d.tenant': a spend limit needs the domain's prices:",
-        line: None,
+        line: Some(3),
     },
     Bad {
         name: "a spend limit too large to count exactly",
@@ -1441,13 +1574,51 @@ fn a_usage_domain_makes_every_limit_an_overdraft_limit() {
         .expect_err("a lease cannot be an overdraft limit");
     assert_eq!(
         err.to_string(),
-        "leased.yaml: 'llm-global.model': lease cannot be combined with overdraft (every limit of a usage domain, --usage-domains, is an overdraft limit)"
+        "leased.yaml: line 3: 'llm-global.model': lease cannot be combined with overdraft (every limit of a usage domain, --usage-domains, is an overdraft limit)"
     );
     compile_sources(
         &[("leased.yaml".into(), leased.into())],
         &LoadOptions::default(),
     )
     .expect("outside a usage domain the lease is fine");
+}
+
+/// What a usage domain (`--usage-domains`) refuses only once the file is read (its limits
+/// are overdraft limits) names the line of the rule at fault, as the read-time checks do.
+#[test]
+fn a_usage_domain_s_refusals_name_the_rule_s_line() {
+    let usage = UsageDomains::parse("llm-*").expect("globs");
+    let cases = [
+        (
+            "{unit: hour, requests_per_unit: 10, shared: true, shares: {by: p, classes: {a: 0.5}, default: a}}",
+            "shares cannot be combined with overdraft",
+        ),
+        (
+            "{unit: hour, requests_per_unit: 10, shared: true, fair_share: {by: tenant}}",
+            "fair_share cannot be combined with overdraft",
+        ),
+        (
+            "{unit: minute, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us]}}",
+            "global cannot be combined with overdraft",
+        ),
+        (
+            "{unit: second, requests_per_unit: 5, algorithm: token_bucket, max_wait: 1s}",
+            "max_wait cannot be combined with overdraft",
+        ),
+    ];
+    for (limit, want) in cases {
+        let yaml = format!(
+            "domain: llm-tokens\ndescriptors:\n  - key: model\n    rate_limit: {{unit: minute, requests_per_unit: 5}}\n  - key: tenant\n    descriptors:\n      - key: team\n        rate_limit: {limit}\n"
+        );
+        let err = compile_file("usage.yaml", &yaml, &usage).expect_err(want);
+        assert_eq!(
+            (err.line, err.to_string().contains(want)),
+            (Some(7), true),
+            "{err}"
+        );
+        compile_file("usage.yaml", &yaml, &UsageDomains::default())
+            .expect("outside a usage domain it compiles");
+    }
 }
 
 #[test]
@@ -1478,14 +1649,16 @@ descriptors:
     };
     let none = load(None).expect_err("no region").to_string();
     assert!(
-        none.contains("global.yaml") && none.contains("needs this instance's region (--region"),
+        none.starts_with("global.yaml: line 3: 'd.k': ")
+            && none.contains("needs this instance's region (--region"),
         "{none}"
     );
     let other = load(Some("ap"))
         .expect_err("a region it does not list")
         .to_string();
     assert!(
-        other.contains("not shared by this instance's region 'ap'"),
+        other.starts_with("global.yaml: line 3: 'd.k': ")
+            && other.contains("not shared by this instance's region 'ap'"),
         "{other}"
     );
     // An instance of us that cannot reach eu's Redis (no --region-redis eu=URL) is refused,
@@ -1497,7 +1670,8 @@ descriptors:
     .expect_err("home unreachable")
     .to_string();
     assert!(
-        unreachable.contains("homed in region 'eu'")
+        unreachable.starts_with("global.yaml: line 3: 'd.k': ")
+            && unreachable.contains("homed in region 'eu'")
             && unreachable.contains("--region-redis eu=URL"),
         "{unreachable}"
     );
@@ -1525,7 +1699,8 @@ descriptors:
     .expect_err("ap loads the file, but k does not list it")
     .to_string();
     assert!(
-        err.contains("two.yaml") && err.contains("not shared by this instance's region 'ap'"),
+        err.starts_with("two.yaml: line 3: 'd.k': ")
+            && err.contains("not shared by this instance's region 'ap'"),
         "{err}"
     );
     let config = load(Some("us")).expect("a listed region");

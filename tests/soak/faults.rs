@@ -47,9 +47,11 @@ impl Fault {
     }
 }
 
-/// Where the fault struck, for the table.
+/// Where the fault struck, for the table, and a promise the fault itself broke (X did not
+/// ACK an xDS update): recorded with the period's violations so the run goes on.
 pub struct Struck {
     pub what: String,
+    pub broke: Option<String>,
 }
 
 fn victim(fleet: &mut Fleet) -> Ipv4Addr {
@@ -137,11 +139,34 @@ pub async fn strike(fleet: &mut Fleet, fault: Fault) -> Struck {
             let from = fleet.plane.received().len();
             let version = format!("v{n}");
             fleet.plane.set(&version, xds_config(n));
-            fleet.plane.wait_ack(&version, from).await;
+            let acked = fleet
+                .plane
+                .ack_within(&version, from, Duration::from_secs(15))
+                .await;
+            if let Err(why) = acked {
+                // What X itself says about its stream tells a stream that stopped answering
+                // from a control plane that never sent.
+                let log = fleet
+                    .instances
+                    .iter()
+                    .find(|(name, _)| *name == "X")
+                    .map(|(_, b)| b.log())
+                    .unwrap_or_default();
+                let xds: Vec<&str> = log.lines().filter(|l| l.contains("xDS")).collect();
+                let broke = format!(
+                    "{why}\nX's xDS log lines (the last 20 of {}):\n{}",
+                    xds.len(),
+                    xds[xds.len().saturating_sub(20)..].join("\n")
+                );
+                return Struck {
+                    what: format!("X did not ACK {version} within 15 s"),
+                    broke: Some(broke),
+                };
+            }
             format!("X applied and ACKed {version}")
         }
     };
-    Struck { what }
+    Struck { what, broke: None }
 }
 
 /// Each file-configured instance's count of successful reloads (from `/metrics`).

@@ -108,6 +108,8 @@ pub struct Tally {
     /// Reservations neither settled nor lost by the end (a violation).
     reservations_pending: Vec<String>,
     struck: String,
+    /// A promise the fault itself broke (see [`Struck::broke`]).
+    broke: Option<String>,
 }
 
 impl Tally {
@@ -134,6 +136,7 @@ impl Tally {
 
     pub fn with_fault(mut self, struck: Struck) -> Tally {
         self.struck = struck.what;
+        self.broke = struck.broke;
         self
     }
 
@@ -153,6 +156,7 @@ impl Tally {
             .into_iter()
             .map(|(k, got, most)| format!("{k} admitted {got} of at most {most}"))
             .collect();
+        v.extend(self.broke.clone());
         if !self.errors.is_empty() {
             v.push(format!(
                 "{} calls answered with an error, not the failure policy: {:?}",

@@ -222,6 +222,30 @@ impl ControlPlane {
         }
     }
 
+    /// The ACK of `version` (received from index `from` on) within `within`, or what the
+    /// control plane received instead: for a caller that adds what it knows to the failure.
+    pub async fn ack_within(
+        &self,
+        version: &str,
+        from: usize,
+        within: Duration,
+    ) -> Result<Received, String> {
+        let wait = self.wait_for("", from, within + Duration::from_secs(1), |r| {
+            r.acks(version)
+        });
+        match tokio::time::timeout(within, wait).await {
+            Ok(r) => Ok(r),
+            Err(_) => Err(format!(
+                "the control plane never received an ACK of version {version} within {within:?}; \
+                 it received (version, nonce, NACK): {:?}",
+                self.received()
+                    .iter()
+                    .map(|r| (&r.request.version_info, &r.request.response_nonce, r.nack()))
+                    .collect::<Vec<_>>()
+            )),
+        }
+    }
+
     /// Waits for the ACK of `version` (received from index `from` on).
     pub async fn wait_ack(&self, version: &str, from: usize) -> Received {
         self.wait_for(
