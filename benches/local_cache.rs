@@ -1,4 +1,4 @@
-//! The Redis store's local over-limit cache (`src/store/redis/local_cache.rs`) against
+//! The Redis store's local over-limit cache (`src/store/redis/local/local_cache.rs`) against
 //! bounded concurrent cache crates holding the same value, on the operations a request makes.
 //! `fifo` is the cache that module held before (a copy: 16 shards, each a mutexed `HashMap`
 //! plus its keys in insertion order, SipHash), `quick_cache` and `moka` the crates used
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use parking_lot::Mutex;
 use tollgate::limit::{Algorithm, LimitParams};
-use tollgate::store::redis::local_cache::LocalCache;
+use tollgate::store::redis::local::local_cache::LocalCache;
 
 /// The `--local-cache-size` default.
 const CAPACITY: usize = 100_000;
@@ -81,7 +81,7 @@ impl Bounded for LocalCache {
     }
 }
 
-/// The local cache as it was before quick_cache (`git log -p src/store/redis/local_cache.rs`).
+/// The local cache as it was before quick_cache (`git log -p src/store/redis/local/local_cache.rs`).
 struct Fifo {
     per_shard: usize,
     shards: Box<[Mutex<FifoShard>]>,

@@ -22,7 +22,7 @@ use tollgate::pb::rls::RateLimitRequest;
 use tollgate::service::settings::Settings;
 use tollgate::service::RateLimiter;
 use tollgate::store::memory::MemoryStore;
-use tollgate::store::redis::script::decode_state;
+use tollgate::store::redis::scripts::script::decode_state;
 use tollgate::telemetry::stats::mapper::model::Mapper;
 
 /// A target's body: one input.

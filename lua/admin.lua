@@ -4,7 +4,7 @@
 -- KEYS: the group's counter keys (on a cluster they share one hash tag, so one slot).
 -- ARGV[1]: 'read' or 'reset'. ARGV[2]: now in µs, or '' to use Redis TIME (as the decision
 --   script does under --clock redis). For 'reset', ARGV[2 + i] is KEYS[i]'s algorithm code and
---   window in µs, 'code:window' (src/store/redis/script.rs `layout`).
+--   window in µs, 'code:window' (src/store/redis/scripts/script.rs `layout`).
 -- Returns now, then per key its stored bytes (nil when there is no key): as they are
 --   ('read'), or as they were just before the reset ('reset').
 --

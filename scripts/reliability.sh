@@ -45,7 +45,7 @@ SOAK=$( [ -f "$OUT" ] && sed -n '/^## Soak/,$p' "$OUT" || true)
     | sed -E 's/^\[([^]]*)\] /script flush, \1: /' \
     | sed -E 's/^([^:]*): (.*)$/| \1 | \2 |/'
   echo
-  echo "During a slot migration tollgate follows ASK itself (fred 10.1 cannot: src/store/redis/migration.rs)."
+  echo "During a slot migration tollgate follows ASK itself (fred 10.1 cannot: src/store/redis/connection/migration.rs)."
   echo "A placement group of several keys where only some exist gets TRYAGAIN from Redis until the"
   echo "slot is handed over; such calls retry until the deadline, then the failure policy answers."
   echo "The 10-minute soak (a killed primary, a paused primary and a killed replica in turn under"

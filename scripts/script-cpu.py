@@ -17,7 +17,7 @@ slot id joined the call's numbers (5 of them) runs the scenarios it knows; the o
 
 (target/release/tollgate.lua is lua/decide/ as build.rs joins it: `cargo build --release`.)
 
-The argument layout is the script's header (src/store/redis/script.rs writes it).
+The argument layout is the script's header (src/store/redis/scripts/script.rs writes it).
 """
 
 import argparse

@@ -19,7 +19,7 @@
 -- one hash tag, so one slot; on one node a group is the whole request).
 -- ARGV[1]: every number of the call, packed as little-endian doubles (struct '<d'; each an
 --   integer below 2^53, so exact), which spares Redis an argument string per number and the
---   script a tonumber each. The counts and codes are src/store/redis/script.rs's `layout`; a
+--   script a tonumber each. The counts and codes are src/store/redis/scripts/script.rs's `layout`; a
 --   test reads the `local` lines below that name them and fails when the two drift.
 --   CALL_NUMBERS numbers first: now in µs (-1: use Redis TIME, so replicas with skewed clocks
 --   agree), the number of KEYS, the mode, the quota descriptors of the whole request, n (the
@@ -90,7 +90,7 @@
 -- failed (a failed call does not stop the others; what it wrote before failing stays, as for
 -- a single call).
 
--- The layout (src/store/redis/script.rs `layout`).
+-- The layout (src/store/redis/scripts/script.rs `layout`).
 local CALL_NUMBERS, CHARGE_NUMBERS, REFUND_NUMBERS = 8, 12, 5
 local DECIDE, COUNT_REJECTED, DRY_RUN, REFUND, RELEASE, RENEW = 0, 1, 2, 3, 4, 5
 local RESERVE, SETTLE, UNRESERVE = 6, 7, 8

@@ -138,7 +138,7 @@ pub struct Limit {
     /// One counter for every value the rule matches (the global level).
     pub shared: bool,
     /// `lease: N` on a shared limit: the Redis store takes N units at a time and spends them
-    /// locally (0: none). See `store::redis::lease`.
+    /// locally (0: none). See `store::redis::local::lease`.
     pub lease: u64,
     /// Names of limits this one replaces when both apply to one request.
     pub replaces: Vec<String>,

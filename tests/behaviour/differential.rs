@@ -353,7 +353,7 @@ struct Sides {
     clock: ManualClock,
     redis_store: std::sync::Arc<AnyStore>,
     /// A current-thread runtime, as a serving thread: a request's groups then leave as one
-    /// batch of script calls (see src/store/redis/coalesce.rs), so the batch layout is held to
+    /// batch of script calls (see src/store/redis/scripts/coalesce.rs), so the batch layout is held to
     /// Rust too (a lone group goes as a plain call).
     serving: tokio::runtime::Runtime,
 }

@@ -46,7 +46,7 @@ use tollgate::limit::calendar::{zone, Calendar, Period};
 use tollgate::limit::{Algorithm, LimitParams};
 use tollgate::store::placement::{record_key_of, record_life_us, Group, PlacedCharge};
 use tollgate::store::protocol::Refund;
-use tollgate::store::redis::script::{self, decode_state, CallHead, Script};
+use tollgate::store::redis::scripts::script::{self, decode_state, CallHead, Script};
 
 use crate::support::redis::RedisServer;
 

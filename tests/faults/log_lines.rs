@@ -131,10 +131,10 @@ async fn a_failover_logs_one_line() {
         .partition(|l| l.contains("redis primaries changed"));
     assert_eq!(changed.len(), 1, "a failover: {loud_lines:#?}");
     assert!(
-        other
-            .iter()
-            .all(|l| l.contains("tollgate::store::redis::health: redis ")
-                && l.contains("unreachable")),
+        other.iter().all(
+            |l| l.contains("tollgate::store::redis::connection::health: redis ")
+                && l.contains("unreachable")
+        ),
         "a failover: {loud_lines:#?}"
     );
     assert!(

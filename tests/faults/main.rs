@@ -42,7 +42,7 @@ const OVERRUN: Duration = Duration::from_secs(8);
 const FAILURE_HEADER: &str = "x-tollgate-store-failure";
 /// The decision script as Redis loads it.
 fn decide_lua() -> &'static str {
-    tollgate::store::redis::script::Script::tollgate().lua
+    tollgate::store::redis::scripts::script::Script::tollgate().lua
 }
 
 /// A large limit: traffic is never denied by it, so every answer that is not OK is a failure.

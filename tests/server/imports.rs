@@ -3,8 +3,8 @@
 //! counts), and in a `use` a path that starts at a child module, resolved to the file that
 //! defines its module. `mod` declarations are not edges; comments, string literals and items
 //! under `#[cfg(test)]` are not read. A path that names an item stops at the file of the
-//! deepest module it walks through, so `crate::store::redis::script::eval` is an edge to
-//! `src/store/redis/script.rs`, and `crate::pb::rls::RateLimitRequest` (an inline module of
+//! deepest module it walks through, so `crate::store::redis::scripts::script::eval` is an edge to
+//! `src/store/redis/scripts/script.rs`, and `crate::pb::rls::RateLimitRequest` (an inline module of
 //! generated code) to `src/pb.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +21,7 @@ pub struct Edge {
 
 /// The files of `src/` (test-only files left out) and the imports between them.
 pub struct Graph {
-    /// Module path (`store::redis::script`) → file, relative to `src/`.
+    /// Module path (`store::redis::scripts::script`) → file, relative to `src/`.
     pub modules: BTreeMap<String, String>,
     pub edges: Vec<Edge>,
 }

@@ -166,7 +166,7 @@ fn lua_scripts() -> Vec<(String, String)> {
     let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
     let mut out = vec![(
         "the decision script (lua/decide/)".to_string(),
-        tollgate::store::redis::script::Script::tollgate()
+        tollgate::store::redis::scripts::script::Script::tollgate()
             .lua
             .to_string(),
     )];
@@ -192,7 +192,7 @@ fn no_lua_function_is_long_and_build_only_defines() {
     assert!(long.is_empty(), "split these:\n{}", long.join("\n"));
 
     // `build`'s body: definitions, comments, and its last line, `return general`.
-    let lua = tollgate::store::redis::script::Script::tollgate().lua;
+    let lua = tollgate::store::redis::scripts::script::Script::tollgate().lua;
     let start = lua
         .find("\nbuild = function()\n")
         .expect("the script has build()")

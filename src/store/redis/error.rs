@@ -14,7 +14,7 @@ use crate::store::error::{Cause, Connection};
 pub enum ConnectError {
     /// The URL does not parse (the message never quotes a password).
     #[error(transparent)]
-    BadUrl(#[from] super::url::UrlError),
+    BadUrl(#[from] super::connection::url::UrlError),
     /// fred refused the cluster discovery policy; only the kind of its error is kept (its
     /// message may quote the URL).
     #[error("redis cluster discovery: {0:?}")]
@@ -38,7 +38,7 @@ pub enum ConnectError {
     Flags(&'static str),
 }
 
-/// Where an error happened that has no node of its own; [`super::client::Clients::explain`]
+/// Where an error happened that has no node of its own; [`super::connection::client::Clients::explain`]
 /// puts the URL's host there.
 pub const SOMEWHERE: &str = "redis";
 

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use super::client::Clients;
-use super::health::Health;
-use super::lease::Leases;
-use super::local_cache::LocalCache;
-use super::migration::Migrations;
+use super::connection::client::Clients;
+use super::connection::health::Health;
+use super::connection::migration::Migrations;
+use super::local::lease::Leases;
+use super::local::local_cache::LocalCache;
 use super::options::{ClockSource, RedisOptions};
-use super::script::Script;
+use super::scripts::script::Script;
 use crate::base::clock::Clock;
 
 /// What every part of the store shares.

@@ -8,51 +8,36 @@
 //! them, and a group that charged for a request that ends up denied takes its charges back
 //! exactly. That can briefly under-admit, never over-admit.
 //!
-//! One idea per file: the [`Store`] impl here; its options ([`options`]); what its parts
-//! share ([`inner`]); the fred clients, one per serving thread ([`client`]); deciding a
-//! request, refunds and the caller's deadline ([`decide`]); a group of leased shared limits
-//! ([`leased`], its units' bookkeeping in [`lease`]); sending scripts, many calls' in one
-//! `EVALSHA` ([`coalesce`]); the script's arguments and replies ([`script`]); `WAIT` for
-//! replicas after a call that charges ([`durable`]) and the replicas it counts on
-//! ([`replication`]); the operator's reads and resets ([`admin`]); replica reads
-//! ([`replicas`]); readiness, topology and script loading ([`health`]); the marker that tells
-//! a Redis came back empty ([`marker`]); a hash slot being migrated ([`migration`]); the
-//! over-limit cache that lets an exhausted key skip Redis ([`local_cache`]); fred's errors
-//! ([`error`]); URLs ([`url`]) and TLS ([`tls`]).
+//! By concern, one folder each: reaching Redis ([`connection`]: URLs, TLS, the fred clients,
+//! readiness and topology, the empty-Redis marker, migrating hash slots); the scripts Redis
+//! runs ([`scripts`]: the decision script's arguments and replies, deciding a request with its
+//! refunds and deadline, coalescing calls into one `EVALSHA`, replica reads, the operator's
+//! reads and resets); `--redis-wait-replicas` ([`durability`]); what this instance keeps
+//! between calls ([`local`]: leased units, the over-limit cache); one limit across regions
+//! ([`regional`]). Here: the [`Store`] impl; its options ([`options`]), what its parts share
+//! ([`inner`]) and fred's errors ([`error`]).
 
-mod admin;
-mod client;
-mod coalesce;
-mod decide;
-mod durable;
+pub mod connection;
+pub mod durability;
 pub mod error;
-mod health;
 mod inner;
-mod lease;
-mod leased;
-pub mod local_cache;
-mod marker;
-mod migration;
+pub mod local;
 pub mod options;
 pub mod regional;
-mod replicas;
-pub mod replication;
-pub mod script;
-mod tls;
-pub mod url;
+pub mod scripts;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use self::client::Clients;
+use self::connection::client::Clients;
+use self::connection::health::Health;
+use self::connection::migration::Migrations;
 use self::error::ConnectError;
-use self::health::Health;
 use self::inner::Inner;
-use self::lease::Leases;
-use self::local_cache::LocalCache;
-use self::migration::Migrations;
+use self::local::lease::Leases;
+use self::local::local_cache::LocalCache;
 use self::options::{ClockSource, RedisOptions, KEY_FORMAT};
-use self::script::Script;
+use self::scripts::script::Script;
 use super::{CounterReading, Store, Taken};
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
@@ -184,7 +169,7 @@ impl RedisStore {
     pub async fn check_wait_replicas(
         &self,
         within: std::time::Duration,
-    ) -> Result<(), replication::TooFewReplicas> {
+    ) -> Result<(), durability::replication::TooFewReplicas> {
         let inner = &self.inner;
         if inner.opts.wait_replicas == 0 {
             return Ok(());
@@ -197,6 +182,6 @@ impl RedisStore {
         {
             return Ok(());
         }
-        replication::check(&inner.clients, inner.opts.wait_replicas).await
+        durability::replication::check(&inner.clients, inner.opts.wait_replicas).await
     }
 }

@@ -11,9 +11,9 @@ use fred::prelude::*;
 use fred::types::config::Options;
 use tokio::time::Instant;
 
-use super::super::durable::Wait;
-use super::super::migration::Migrations;
-use super::super::script::{self, Script};
+use super::super::connection::migration::Migrations;
+use super::super::durability::durable::Wait;
+use super::super::scripts::script::{self, Script};
 use super::error::RegionalError;
 use crate::algorithm::global::authority::Authority;
 use crate::algorithm::global::terms::{Ask, GlobalLimit, Grant, Kind};

@@ -12,9 +12,9 @@ use super::home::HomeLink;
 use crate::algorithm::global::terms::{GlobalLimit, Kind, OnPartition};
 use crate::limit::regions::AcrossRegions;
 use crate::limit::Limit;
-use crate::store::redis::client::Clients;
-use crate::store::redis::migration::Migrations;
-use crate::store::redis::script::Script;
+use crate::store::redis::connection::client::Clients;
+use crate::store::redis::connection::migration::Migrations;
+use crate::store::redis::scripts::script::Script;
 use crate::telemetry::metrics::Metrics;
 
 /// How often every refill task runs (and a region with nothing to ask sends a heartbeat).

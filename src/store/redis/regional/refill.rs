@@ -153,7 +153,7 @@ impl Task {
             ..Default::default()
         };
         let until = Instant::now() + PERIOD * 2;
-        super::super::script::eval(
+        super::super::scripts::script::eval(
             &self.reg.local,
             &options,
             &self.reg.script,

@@ -14,7 +14,7 @@ use fred::prelude::*;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 
-use super::client::Clients;
+use super::super::connection::client::Clients;
 
 /// How long one `ROLE` or `CLUSTER NODES` may take.
 const ASK_TIMEOUT: Duration = Duration::from_millis(500);

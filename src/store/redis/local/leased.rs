@@ -5,10 +5,10 @@
 use futures::future::join_all;
 use tokio::time::Instant as Deadline;
 
-use super::decide::RedisDecision;
-use super::inner::Inner;
+use super::super::inner::Inner;
+use super::super::scripts::decide::RedisDecision;
+use super::super::scripts::script::Reply;
 use super::lease::{Lean, Refunded};
-use super::script::Reply;
 use crate::algorithm::rule::Mode;
 use crate::algorithm::Landing;
 use crate::store::error::StoreError;
@@ -17,7 +17,7 @@ use crate::store::protocol::Refund;
 
 impl Inner {
     /// Runs a group of leased shared limits.
-    pub(super) async fn run_leased(
+    pub(in crate::store::redis) async fn run_leased(
         &self,
         call: &RedisDecision<'_>,
         g: &Group,
@@ -92,7 +92,7 @@ impl Inner {
 
     /// Refunds every unspent leased unit of a running window in Redis (on shutdown), so
     /// the other instances can use it; waits at most the decision deadline.
-    pub(super) async fn refund_leases(&self) {
+    pub(in crate::store::redis) async fn refund_leases(&self) {
         let unspent = self.leases.drain(self.leases.now());
         if unspent.is_empty() {
             return;

@@ -7,8 +7,8 @@ use fred::prelude::*;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::client::call_options;
-use super::inner::Inner;
+use super::super::connection::client::call_options;
+use super::super::inner::Inner;
 use super::script::{decode_state, eval, layout, unreadable, Script};
 use crate::limit::Algorithm;
 use crate::plan::Plan;
@@ -158,12 +158,15 @@ impl Inner {
 
     /// A global limit reads its lease counter in this region: the current window's, its
     /// limit what the region holds (a reset leaves it alone: spent units stay spent).
-    pub(super) async fn read(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
+    pub(in crate::store::redis) async fn read(
+        &self,
+        plan: &Plan<'_>,
+    ) -> Result<Vec<CounterReading>, StoreError> {
         let mut placed = place(plan, &self.prefix, self.layout());
         let regional = self
             .regional
             .get()
-            .filter(|_| super::regional::board::has_global(plan));
+            .filter(|_| super::super::regional::board::has_global(plan));
         let Some(r) = regional else {
             return self.readings(&placed, Operation::Read).await;
         };
@@ -188,7 +191,10 @@ impl Inner {
         Ok(readings)
     }
 
-    pub(super) async fn reset(&self, plan: &Plan<'_>) -> Result<Vec<CounterReading>, StoreError> {
+    pub(in crate::store::redis) async fn reset(
+        &self,
+        plan: &Plan<'_>,
+    ) -> Result<Vec<CounterReading>, StoreError> {
         let placed = place(plan, &self.prefix, self.layout());
         for spec in &placed.charges {
             self.leases.forget(&spec.key);
@@ -200,7 +206,7 @@ impl Inner {
 
 impl Script {
     pub fn admin() -> Script {
-        let lua = include_str!("../../../lua/admin.lua");
+        let lua = include_str!("../../../../lua/admin.lua");
         Script {
             lua,
             sha: fred::util::sha1_hash(lua),

@@ -18,8 +18,8 @@ use fred::types::config::{
 };
 use parking_lot::Mutex;
 
-use super::error::{classify, ConnectError, SOMEWHERE};
-use super::options::{RedisOptions, LATE_REPLY};
+use super::super::error::{classify, ConnectError, SOMEWHERE};
+use super::super::options::{RedisOptions, LATE_REPLY};
 use super::{tls, url};
 use crate::store::error::Cause;
 use crate::store::error::StoreError;

@@ -27,10 +27,10 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::client::call_options;
-use super::durable::Wait;
-use super::error::SOMEWHERE;
-use super::inner::Inner;
+use super::super::connection::client::call_options;
+use super::super::durability::durable::Wait;
+use super::super::error::SOMEWHERE;
+use super::super::inner::Inner;
 use super::script::{eval, unpack, unreadable, EvalError};
 use crate::store::error::Cause;
 use crate::store::error::StoreError;
@@ -44,7 +44,7 @@ pub struct Queued {
     pub keys: Vec<Key>,
     pub arg: Value,
     pub retry_until: Instant,
-    /// `WAIT` after it ([`super::durable`]).
+    /// `WAIT` after it ([`super::super::durability::durable`]).
     pub wait: Option<Wait>,
     reply: oneshot::Sender<Result<Vec<i64>, StoreError>>,
 }
@@ -159,7 +159,7 @@ pub fn answer(calls: Vec<Queued>, reply: Result<Vec<Value>, StoreError>) {
 impl Inner {
     /// One script call: batched with the calls that arrive with it on a serving thread, else
     /// on its own.
-    pub(super) async fn script_call(
+    pub(in crate::store::redis) async fn script_call(
         &self,
         retry_until: Instant,
         wait: Option<Wait>,

@@ -14,9 +14,9 @@ use fred::types::config::Options;
 use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
-use super::durable::{self, Wait};
-use super::error::{classify, SOMEWHERE};
-use super::migration::{self, Migrations};
+use super::super::connection::migration::{self, Migrations};
+use super::super::durability::durable::{self, Wait};
+use super::super::error::{classify, SOMEWHERE};
 use crate::algorithm::concurrency::{Held, SlotId, Slots};
 use crate::algorithm::fixed_window::Window;
 use crate::algorithm::rule::ChargeOutcome;
@@ -66,9 +66,9 @@ pub struct Script {
 }
 
 impl Script {
-    /// `lua/global.lua`: one limit across regions (`super::regional`).
+    /// `lua/global.lua`: one limit across regions (`super::super::regional`).
     pub fn global() -> Script {
-        let lua = include_str!("../../../lua/global.lua");
+        let lua = include_str!("../../../../lua/global.lua");
         Script {
             lua,
             sha: fred::util::sha1_hash(lua),

@@ -21,13 +21,13 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::durable::{self, Wait};
-use super::error::SOMEWHERE;
-use super::inner::Inner;
-use super::lease;
-use super::local_cache::Lookup;
-use super::options::LATE_REPLY;
-use super::regional::board;
+use super::super::durability::durable::{self, Wait};
+use super::super::error::SOMEWHERE;
+use super::super::inner::Inner;
+use super::super::local::lease;
+use super::super::local::local_cache::Lookup;
+use super::super::options::LATE_REPLY;
+use super::super::regional::board;
 use super::script::{self, args, parse_reply, CallHead};
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
@@ -44,7 +44,7 @@ use crate::telemetry::counted::StoreOp;
 use crate::telemetry::logging;
 
 /// One request's decision in Redis: what every script call of it shares.
-pub(super) struct RedisDecision<'a> {
+pub(in crate::store::redis) struct RedisDecision<'a> {
     pub placed: &'a Placed<'static>,
     /// The script's `now` (µs); `None`: the script reads Redis `TIME`.
     pub now: Option<i64>,
@@ -53,7 +53,7 @@ pub(super) struct RedisDecision<'a> {
 }
 
 /// A decision's answers, and what it left in Redis.
-pub(super) struct Decided {
+pub(in crate::store::redis) struct Decided {
     pub outcomes: Vec<ChargeOutcome>,
     /// What is left to refund if the caller gives up: per group, its refunds and the `now`
     /// it ran at.
@@ -89,7 +89,7 @@ impl<F: Future<Output = ()> + Send + 'static> Drop for Detach<F> {
 impl Inner {
     /// Decides `plan` on the caller's task, up to the deadline; past it the decision goes on
     /// as a task of its own and the caller gets an error (see the module docs).
-    pub(super) async fn apply(
+    pub(in crate::store::redis) async fn apply(
         self: &Arc<Inner>,
         plan: &Plan<'_>,
         mode: Mode,
@@ -204,7 +204,7 @@ impl Inner {
     }
 
     /// Runs a group's script (`g`'s charges index `specs`).
-    pub(super) async fn run_script(
+    pub(in crate::store::redis) async fn run_script(
         &self,
         call: &RedisDecision<'_>,
         g: &Group,
@@ -376,7 +376,7 @@ impl Inner {
     }
 
     /// Gives back what a decision left landed (a held call whose caller went away).
-    pub(super) async fn give_back(&self, taken: Taken) {
+    pub(in crate::store::redis) async fn give_back(&self, taken: Taken) {
         self.refund(&taken.placed, taken.leftovers, taken.mode)
             .await;
     }
@@ -384,7 +384,7 @@ impl Inner {
     /// Refunds `leftovers` (per group, concurrently) of a request run in `mode`, ignoring the
     /// answers. A failure only logs: those charges then stay until their window passes
     /// (under-admitting, never over-admitting).
-    pub(super) async fn refund(
+    pub(in crate::store::redis) async fn refund(
         &self,
         placed: &Placed<'static>,
         leftovers: Vec<(usize, Vec<Refund>, i64)>,
@@ -438,7 +438,11 @@ impl Inner {
     /// A group's call with `wait`, when its primary had fewer replicas connected than wanted at
     /// upkeep's last count: failed at once, before it charges anything (its `WAIT` could only
     /// fall short, and would hold the connection until its timeout meanwhile).
-    pub(super) fn short_of_replicas(&self, wait: &Wait, first_key: &str) -> Option<StoreError> {
+    pub(in crate::store::redis) fn short_of_replicas(
+        &self,
+        wait: &Wait,
+        first_key: &str,
+    ) -> Option<StoreError> {
         if !self.health.any_short() {
             // The common case: no routing table copied, nothing formatted.
             return None;

@@ -5,7 +5,7 @@
 //! `WAIT` cannot run inside a script, and on a cluster it must reach the node that ran the
 //! script on the connection that sent it: [`evalsha_then_wait`] writes `[ASKING,] EVALSHA,
 //! WAIT` as one pipeline routed by one hash slot (fred keeps one connection per node per client
-//! and writes a pipeline's commands back to back), so a redirect retried by [`super::script::eval`] is followed by a
+//! and writes a pipeline's commands back to back), so a redirect retried by [`super::super::scripts::script::eval`] is followed by a
 //! `WAIT` on the node that finally ran it. Fewer acknowledgements than `N` by the deadline is
 //! [`Cause::NotReplicated`]: the charge may survive or be lost, so the failure policy answers.
 //!
@@ -13,7 +13,7 @@
 //! decisions' scripts, pipelined by fred) run once it returns, one replica round trip later,
 //! or at its timeout, which is never past the decision's deadline (the caller's, at most
 //! `--redis-timeout`). Calls
-//! that arrive together share one `EVALSHA` and one `WAIT` ([`super::coalesce`]).
+//! that arrive together share one `EVALSHA` and one `WAIT` ([`super::super::scripts::coalesce`]).
 
 use fred::clients::Pipeline;
 use fred::prelude::*;
@@ -21,7 +21,7 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
 use tokio::time::Instant;
 
-use super::migration::evalsha_args;
+use super::super::connection::migration::evalsha_args;
 
 use crate::store::error::Cause;
 use crate::store::error::StoreError;
@@ -59,7 +59,7 @@ impl Wait {
         }
         let place = match place() {
             Some(s) => format!("redis {}:{}", s.host, s.port),
-            None => super::error::SOMEWHERE.to_string(),
+            None => super::super::error::SOMEWHERE.to_string(),
         };
         Err(StoreError::new(
             place,

@@ -4,9 +4,9 @@
 
 use futures::future::join_all;
 
-use super::client::call_options;
+use super::super::connection::client::call_options;
+use super::super::inner::Inner;
 use super::decide::{Decided, RedisDecision};
-use super::inner::Inner;
 use super::script::{self, args, parse_reply, unpack, CallHead};
 use crate::algorithm::rule::Mode;
 use crate::store::protocol::Protocol;
@@ -15,7 +15,10 @@ use crate::telemetry::counted::StoreOp;
 impl Inner {
     /// Answers a request that charges nothing from replicas: every group a dry run. `None`
     /// when a replica could not answer (the caller asks the primaries).
-    pub(super) async fn ask_replicas(&self, call: &RedisDecision<'_>) -> Option<Decided> {
+    pub(in crate::store::redis) async fn ask_replicas(
+        &self,
+        call: &RedisDecision<'_>,
+    ) -> Option<Decided> {
         let placed = call.placed;
         let quota = placed.quota_descriptors;
         let client = self.clients.for_call();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rustls::{ClientConfig, RootCertStore};
 
-use super::error::ConnectError;
+use super::super::error::ConnectError;
 use crate::base::pem::{certs, private_key};
 
 /// A rustls client config trusting `ca` (else the system's roots), presenting `client`

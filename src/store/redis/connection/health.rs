@@ -16,11 +16,11 @@ use fred::prelude::*;
 use fred::types::config::Options;
 use parking_lot::Mutex;
 
+use super::super::durability::replication;
+use super::super::error::classify;
+use super::super::scripts::script::Script;
 use super::client::Clients;
-use super::error::classify;
 use super::marker::Markers;
-use super::replication;
-use super::script::Script;
 use crate::base::log_throttle;
 use crate::store::error::Cause;
 use crate::store::error::StoreError;
