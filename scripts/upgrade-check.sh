@@ -33,6 +33,9 @@ else
   src=$WORK/old-src
   mkdir -p "$src" "$CACHE"
   git archive "$OLD" | tar -x -C "$src"
+  # tar gives every file the commit's time: older than what target/ holds of the working
+  # tree, cargo would take the working tree's build script and objects as fresh.
+  find "$src" -type f -exec touch {} +
   (cd "$src" && CARGO_TARGET_DIR=$ROOT/target TOLLGATE_COMMIT=${OLD:0:12} \
      cargo build --release --locked --quiet -p tollgate --bin tollgate)
   # The old tree's binary replaced the new one's in target/release: keep it aside.
