@@ -25,6 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
+use tollgate::pb::rls::RateLimitResponse;
 
 use crate::support::binary::{Binary, Start, BIN};
 use crate::support::delay::DelayProxy;
@@ -70,15 +71,25 @@ pub(super) fn now_us() -> u64 {
         .as_micros() as u64
 }
 
-/// Sends `per_s(elapsed)` requests a second to `url` until `until`.
-async fn load(
+/// Held by the tests that run regions against each other's clocks (this one and
+/// three_regions.rs): each loads both cores and times its windows, so they never run at once.
+pub(super) async fn regions_alone() -> tokio::sync::MutexGuard<'static, ()> {
+    static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ALONE.lock().await
+}
+
+/// Sends `per_s(elapsed)` requests a second for `llm`'s `provider=openai` to `url` until
+/// `until` after `start`, each on a task of its own; `answered` gets each answer with when it
+/// was sent (µs since the epoch) and how long it took.
+pub(super) async fn paced<F>(
     url: String,
-    us: bool,
     start: Instant,
     until: Duration,
-    per_s: fn(Duration, bool) -> u64,
-    out: Arc<Mutex<Vec<Sent>>>,
-) {
+    per_s: impl Fn(Duration) -> u64,
+    answered: F,
+) where
+    F: Fn(u64, Duration, RateLimitResponse) + Clone + Send + 'static,
+{
     let channel = tonic::transport::Endpoint::from_shared(url)
         .expect("url")
         .connect()
@@ -87,29 +98,34 @@ async fn load(
     let client = RateLimitServiceClient::new(channel);
     let mut next = Instant::now();
     while start.elapsed() < until {
-        let rate = per_s(start.elapsed(), us).max(1);
-        next += Duration::from_micros(1_000_000 / rate);
+        next += Duration::from_micros(1_000_000 / per_s(start.elapsed()).max(1));
         tokio::time::sleep_until(next.into()).await;
         let mut c = client.clone();
-        let out = out.clone();
+        let answered = answered.clone();
         tokio::spawn(async move {
             let at_us = now_us();
             let t = Instant::now();
             let r = c
                 .should_rate_limit(req("llm", &[&[("provider", "openai")]]))
                 .await;
-            let took = t.elapsed();
             if let Ok(r) = r {
-                let ok = r.into_inner().overall_code == Code::Ok as i32;
-                out.lock().unwrap().push(Sent {
-                    at_us,
-                    us,
-                    ok,
-                    took,
-                });
+                answered(at_us, t.elapsed(), r.into_inner());
             }
         });
     }
+}
+
+/// Loads one region at `rate`'s pace, each answer kept as a [`Sent`].
+async fn load(url: String, us: bool, start: Instant, until: Duration, out: Arc<Mutex<Vec<Sent>>>) {
+    let answered = move |at_us, took, r: RateLimitResponse| {
+        out.lock().unwrap().push(Sent {
+            at_us,
+            us,
+            ok: r.overall_code == Code::Ok as i32,
+            took,
+        });
+    };
+    paced(url, start, until, |t| rate(t, us), answered).await;
 }
 
 /// The phases: (end, eu's rate, us's rate).
@@ -176,6 +192,7 @@ pub(super) fn admitted_by_window(ports: &[u16]) -> BTreeMap<u64, u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_limit_across_two_regions_holds_through_a_shift_and_a_partition() {
+    let _alone = regions_alone().await;
     let eu_redis = RedisServer::start();
     let us_cluster = RedisCluster::start(3, 0);
     let proxy = DelayProxy::start("127.0.0.4", eu_redis.port(), ONE_WAY).await;
@@ -236,8 +253,8 @@ async fn one_limit_across_two_regions_holds_through_a_shift_and_a_partition() {
     let sent = Arc::new(Mutex::new(Vec::new()));
     let begin = Instant::now();
     let total = Duration::from_secs(PHASES[3].0);
-    let eu_load = tokio::spawn(load(eu_url, false, begin, total, rate, sent.clone()));
-    let us_load = tokio::spawn(load(us_url, true, begin, total, rate, sent.clone()));
+    let eu_load = tokio::spawn(load(eu_url, false, begin, total, sent.clone()));
+    let us_load = tokio::spawn(load(us_url, true, begin, total, sent.clone()));
     tokio::time::sleep_until((begin + CUT_AT).into()).await;
     proxy.cut.store(true, Ordering::SeqCst);
     tokio::time::sleep_until((begin + HEAL_AT).into()).await;

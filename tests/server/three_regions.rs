@@ -24,13 +24,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tollgate::pb::rls::rate_limit_response::Code;
-use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
+use tollgate::pb::rls::RateLimitResponse;
 
-use super::global_regions::{admitted_by_window, now_us};
+use super::global_regions::{admitted_by_window, now_us, paced, regions_alone};
 use crate::support::binary::{Binary, Start, BIN};
 use crate::support::delay::DelayProxy;
 use crate::support::redis::{cli_on, RedisServer};
-use crate::support::server::{http_client, ports, req, TempConfig};
+use crate::support::server::{http_client, ports, TempConfig};
 
 const LIMIT: u64 = 300;
 const WINDOW_US: u64 = 2_000_000;
@@ -62,7 +62,7 @@ struct Answer {
     reset_us: u64,
 }
 
-/// 150 requests a second to `url` until `until` after `start`.
+/// 150 requests a second to `url` until `until` after `start`, each answer kept.
 async fn load(
     url: String,
     region: usize,
@@ -70,37 +70,19 @@ async fn load(
     until: Duration,
     out: Arc<Mutex<Vec<Answer>>>,
 ) {
-    let channel = tonic::transport::Endpoint::from_shared(url)
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
-    let client = RateLimitServiceClient::new(channel);
-    let mut next = Instant::now();
-    while start.elapsed() < until {
-        next += Duration::from_micros(1_000_000 / 150);
-        tokio::time::sleep_until(next.into()).await;
-        let mut c = client.clone();
-        let out = out.clone();
-        tokio::spawn(async move {
-            let r = c
-                .should_rate_limit(req("llm", &[&[("provider", "openai")]]))
-                .await;
-            if let Ok(r) = r {
-                let r = r.into_inner();
-                let reset_us = r
-                    .statuses
-                    .first()
-                    .and_then(|s| s.duration_until_reset)
-                    .map_or(0, |d| d.seconds as u64 * 1_000_000 + d.nanos as u64 / 1000);
-                out.lock().unwrap().push(Answer {
-                    region,
-                    ok: r.overall_code == Code::Ok as i32,
-                    reset_us,
-                });
-            }
+    let answered = move |_, _, r: RateLimitResponse| {
+        let reset_us = r
+            .statuses
+            .first()
+            .and_then(|s| s.duration_until_reset)
+            .map_or(0, |d| d.seconds as u64 * 1_000_000 + d.nanos as u64 / 1000);
+        out.lock().unwrap().push(Answer {
+            region,
+            ok: r.overall_code == Code::Ok as i32,
+            reset_us,
         });
-    }
+    };
+    paced(url, start, until, |_| 150, answered).await;
 }
 
 /// The safe-share windows (`s:<window>`) in a region's pool.
@@ -120,6 +102,7 @@ fn safe_windows(port: u16) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_regions_one_far_hold_every_promise() {
+    let _alone = regions_alone().await;
     let names = ["eu", "us", "ap"];
     let redis: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let home = redis[0].port();
