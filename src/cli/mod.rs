@@ -283,7 +283,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_REDIS_KEY_PREFIX", default_value = "tg:")]
     pub redis_key_prefix: String,
     /// The longest one decision waits on Redis; past it the failure mode answers. A caller's
-    /// grpc-timeout shortens it (less a tenth, at least 8 ms, for the answer's way back: 12 ms
+    /// grpc-timeout shortens it (less a tenth, at least 8 ms but at most half, for the answer's way back: 12 ms
     /// for Envoy's 20 ms filter); a caller that sends none gets it whole.
     #[arg(long, env = "TOLLGATE_REDIS_TIMEOUT", default_value = "1s", value_parser = duration::parse_positive)]
     pub redis_timeout: Duration,

@@ -32,7 +32,7 @@ use crate::store::{Store, Taken};
 pub const DEFAULT_MAX_HELD: usize = 10_000;
 
 /// What a deadline leaves for waiting, in µs: the time left less a tenth of it (at least
-/// 5 ms) for the decision itself and the answer's way back. `None`: no deadline.
+/// 8 ms, at most half) for the decision itself and the answer's way back. `None`: no deadline.
 pub fn budget(deadline: Option<tokio::time::Instant>) -> Option<u64> {
     let now = tokio::time::Instant::now();
     Some(
@@ -51,7 +51,9 @@ pub fn due(deadline: Option<tokio::time::Instant>) -> Option<tokio::time::Instan
 
 fn due_from(deadline: tokio::time::Instant, now: tokio::time::Instant) -> tokio::time::Instant {
     let left = deadline.saturating_duration_since(now);
-    let margin = (left / 10).max(Duration::from_millis(8));
+    // At least 8 ms, but never all that is left: a deadline under 16 ms keeps half for the
+    // store (a 5 ms caller's store answer is due 2.5 ms after the call, not at once).
+    let margin = (left / 10).max(Duration::from_millis(8).min(left / 2));
     now + left.saturating_sub(margin)
 }
 
