@@ -5,10 +5,12 @@
 # target/ci-venv/bin/python.
 #
 # Usage: scripts/ci-venv.sh            (then: target/ci-venv/bin/python ...)
+# Another venv from another file: CI_VENV=dir CI_REQUIREMENTS=file [CI_PIP_ARGS=--no-deps]
+# (scripts/check-litellm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${CI_VENV:-$PWD/target/ci-venv}
-REQ=scripts/ci-requirements.txt
+REQ=${CI_REQUIREMENTS:-scripts/ci-requirements.txt}
 
 command -v python3 >/dev/null 2>&1 || { echo "error: python3 is not on the PATH" >&2; exit 1; }
 stamp=$(sha256sum "$REQ" | cut -d' ' -f1)
@@ -18,5 +20,5 @@ fi
 echo "creating $VENV from $REQ"
 rm -rf "$VENV"
 python3 -m venv "$VENV" || { echo "error: python3 -m venv failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQ"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check ${CI_PIP_ARGS:-} -r "$REQ"
 echo "$stamp" >"$VENV/.requirements-sha256"

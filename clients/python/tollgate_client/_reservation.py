@@ -3,7 +3,7 @@ estimate, then settled with the actual use. Shared by the blocking and the async
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -65,6 +65,11 @@ class _Reservation:
         """tollgate did not answer the reserve and the client fails open: nothing is charged."""
         return self.decision is not None and self.decision.failed_open
 
+    def _settle_request(
+        self, actual: int | Sequence[int] | None, descriptors: Descriptors | None
+    ) -> reservations_pb2.SettleRequest:
+        return build_settle_request(self, actual, descriptors)
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(domain={self.domain!r}, id={self.id!r}, "
@@ -91,15 +96,24 @@ class Reservation(_Reservation):
         id: str,
         estimate: int,
         decision: Decision | None,
-        settle: Callable[[Reservation, int], SettleResult],
+        settle: Callable[[Reservation, reservations_pb2.SettleRequest], SettleResult],
     ) -> None:
         super().__init__(domain, descriptors, id, estimate, decision)
         self._settle = settle
 
-    def settle(self, actual: int) -> SettleResult:
-        """Settles with `actual` (the use, on each descriptor). A second settle changes
-        nothing (tollgate answers 0 limits)."""
-        self.result = self._settle(self, actual)
+    def settle(
+        self,
+        actual: int | Sequence[int] | None = None,
+        *,
+        descriptors: Descriptors | None = None,
+    ) -> SettleResult:
+        """Settles with the actual use: `actual` an int (the use on every descriptor), or a
+        sequence of ints, one per descriptor reserved (index-aligned: requests 1, tokens their
+        count); or `descriptors=` other descriptors, each with its own `hits` (e.g. one per token
+        kind for a money budget: `Descriptor({..., "kind": "input"}, hits=1200)`). A second
+        settle changes nothing (tollgate answers 0 limits)."""
+        req = self._settle_request(actual, descriptors)
+        self.result = self._settle(self, req)
         return self.result
 
     def __enter__(self) -> Reservation:
@@ -124,14 +138,22 @@ class AsyncReservation(_Reservation):
         id: str,
         estimate: int,
         decision: Decision | None,
-        settle: Callable[[AsyncReservation, int], Awaitable[SettleResult]],
+        settle: Callable[
+            [AsyncReservation, reservations_pb2.SettleRequest], Awaitable[SettleResult]
+        ],
     ) -> None:
         super().__init__(domain, descriptors, id, estimate, decision)
         self._settle = settle
 
-    async def settle(self, actual: int) -> SettleResult:
+    async def settle(
+        self,
+        actual: int | Sequence[int] | None = None,
+        *,
+        descriptors: Descriptors | None = None,
+    ) -> SettleResult:
         """As `Reservation.settle`."""
-        self.result = await self._settle(self, actual)
+        req = self._settle_request(actual, descriptors)
+        self.result = await self._settle(self, req)
         return self.result
 
     async def __aenter__(self) -> AsyncReservation:
@@ -167,13 +189,43 @@ def parse_reserve(
     return resp.reservation_id, parse_response(resp.decision)
 
 
-def build_settle_request(r: _Reservation, actual: int) -> reservations_pb2.SettleRequest:
-    if actual != int(actual) or actual < 0:
-        raise ValueError(f"the actual use must be a non-negative integer, got {actual!r}")
+def _check_use(n: int) -> int:
+    if isinstance(n, bool) or n != int(n) or n < 0:
+        raise ValueError(f"the actual use must be a non-negative integer, got {n!r}")
+    return int(n)
+
+
+def build_settle_request(
+    r: _Reservation,
+    actual: int | Sequence[int] | None,
+    descriptors: Descriptors | None = None,
+) -> reservations_pb2.SettleRequest:
+    """The Settle request: every reserved descriptor with `actual` (an int), or each with its own
+    (a sequence, index-aligned), or the `descriptors` given, each with its own `hits`."""
+    pairs: list[tuple[tuple[tuple[str, str], ...], int]]
+    if descriptors is not None:
+        if actual is not None:
+            raise ValueError("settle takes the actual use or descriptors, not both")
+        pairs = []
+        for d in _as_descriptors(descriptors):
+            if d.hits is None:
+                raise ValueError(f"a settle descriptor needs its hits (the use): {d!r}")
+            pairs.append((d.entries, d.hits))
+    elif actual is None:
+        raise ValueError("settle needs the actual use")
+    elif isinstance(actual, Sequence):
+        if len(actual) != len(r.descriptors):
+            raise ValueError(
+                f"{len(actual)} uses for {len(r.descriptors)} reserved descriptors: give one each"
+            )
+        pairs = [(d.entries, _check_use(n)) for d, n in zip(r.descriptors, actual)]
+    else:
+        use = _check_use(actual)
+        pairs = [(d.entries, use) for d in r.descriptors]
     req = reservations_pb2.SettleRequest(domain=r.domain, reservation_id=r.id)
-    for d in r.descriptors:
+    for entries, n in pairs:
         msg = req.descriptors.add()
-        for k, v in d.entries:
+        for k, v in entries:
             msg.entries.add(key=k, value=v)
-        msg.hits_addend.value = int(actual)
+        msg.hits_addend.value = n
     return req

@@ -58,9 +58,9 @@ from ._reservation import (
     AsyncReservation,
     SettleResult,
     build_reserve_request,
-    build_settle_request,
     parse_reserve,
 )
+from ._pb.tollgate.reservations.v1 import reservations_pb2
 from ._pb.tollgate.slots.v1 import slots_pb2
 from .client import DEFAULT_MAX_WAIT, DEFAULT_TIMEOUT, DEFAULT_TOKENS_DOMAIN, DEFAULT_TOKENS_KEY
 
@@ -339,14 +339,22 @@ class AsyncClient:
             left = None if max_wait is None else start + max_wait - now
             await asyncio.sleep(next_sleep(decision, left, now - start))
 
-    async def settle(self, reservation: AsyncReservation, actual: int) -> SettleResult:
+    async def settle(
+        self, reservation: AsyncReservation, actual: int | Sequence[int]
+    ) -> SettleResult:
         """See `Client.settle`."""
         return await reservation.settle(actual)
 
-    async def _settle_one(self, r: AsyncReservation, actual: int) -> SettleResult:
+    async def settle_id(self, domain: str, id: str, descriptors: Descriptors) -> SettleResult:
+        """See `Client.settle_id`."""
+        r = AsyncReservation(domain, (), id, 1, None, self._settle_one)
+        return await r.settle(descriptors=descriptors)
+
+    async def _settle_one(
+        self, r: AsyncReservation, req: reservations_pb2.SettleRequest
+    ) -> SettleResult:
         if not r.id:
             return SettleResult(limits=0, failed_open=r.failed_open)
-        req = build_settle_request(r, actual)
         try:
             resp = await self._settle(req, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as err:

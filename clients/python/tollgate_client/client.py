@@ -57,9 +57,9 @@ from ._reservation import (
     Reservation,
     SettleResult,
     build_reserve_request,
-    build_settle_request,
     parse_reserve,
 )
+from ._pb.tollgate.reservations.v1 import reservations_pb2
 from ._pb.tollgate.slots.v1 import slots_pb2
 
 #: Default deadline of one ShouldRateLimit call, in seconds.
@@ -401,17 +401,27 @@ class Client:
             left = None if max_wait is None else start + max_wait - now
             time.sleep(next_sleep(decision, left, now - start))
 
-    def settle(self, reservation: Reservation, actual: int) -> SettleResult:
+    def settle(
+        self, reservation: Reservation, actual: int | Sequence[int]
+    ) -> SettleResult:
         """Settle `reservation` with the `actual` use (`Reservations/Settle`): the unused part
         of its estimate comes back, an excess lands. `limits` 0: nothing changed (settled
         already, expired, or never reserved). When tollgate does not answer: a failed-open
         result (fail_open=True) or TollgateUnavailable; the estimate then stays charged."""
         return reservation.settle(actual)
 
-    def _settle_one(self, r: Reservation, actual: int) -> SettleResult:
+    def settle_id(self, domain: str, id: str, descriptors: Descriptors) -> SettleResult:
+        """Settle the reservation `id` taken elsewhere (another process, or a hook that kept only
+        the id): `descriptors` are what it reserved, or one per token kind for a money budget,
+        each `Descriptor` with its `hits` the actual use."""
+        r = Reservation(domain, (), id, 1, None, self._settle_one)
+        return r.settle(descriptors=descriptors)
+
+    def _settle_one(
+        self, r: Reservation, req: reservations_pb2.SettleRequest
+    ) -> SettleResult:
         if not r.id:
             return SettleResult(limits=0, failed_open=r.failed_open)
-        req = build_settle_request(r, actual)
         try:
             resp = self._settle(req, timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as err:
