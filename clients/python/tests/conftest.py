@@ -95,15 +95,18 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=5)
 
 
-def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 20
+def _wait(
+    what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path,
+    limit: float = 20,
+) -> None:
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         if ready():
             return
         time.sleep(0.05)
-    raise RuntimeError(f"{what} not ready after 20 s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(f"{what} not ready after {limit:g} s:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")

@@ -124,3 +124,39 @@ def test_async_reserve_and_settle(server: Server) -> None:
                 await tg.reserve("test", {"budget": tenant}, 100, max_wait=0)
 
     asyncio.run(run())
+
+
+def test_settle_one_use_per_descriptor(server: Server) -> None:
+    a, b, c = unique(), unique(), unique()
+    with Client(server.addr) as tg:
+        # tokens on a, one request on b: each descriptor its own cost
+        r = tg.reserve("test", [{"budget": a}, Descriptor({"budget": b}, hits=1)], 300)
+        assert (left(tg, a), left(tg, b)) == (700, 999)
+        with pytest.raises(ValueError, match="1 uses for 2"):
+            r.settle([5])
+        with pytest.raises(ValueError, match="not both"):
+            r.settle(5, descriptors=[Descriptor({"budget": a}, hits=5)])
+        assert r.settle([120, 1]).limits == 2
+        assert (left(tg, a), left(tg, b)) == (880, 999)
+
+        # another process settles by id, with the descriptors it knows (each with its use)
+        r = tg.reserve("test", {"budget": c}, 400)
+        with pytest.raises(ValueError, match="needs its hits"):
+            tg.settle_id("test", r.id, [{"budget": c}])
+        assert tg.settle_id("test", r.id, [Descriptor({"budget": c}, hits=50)]).limits == 1
+        assert left(tg, c) == 950
+        assert tg.settle_id("test", r.id, [Descriptor({"budget": c}, hits=0)]).limits == 0
+
+
+def test_async_settle_id(server: Server) -> None:
+    tenant = unique()
+
+    async def run() -> None:
+        async with AsyncClient(server.addr) as tg:
+            r = await tg.reserve("test", {"budget": tenant}, 500)
+            done = await tg.settle_id("test", r.id, [Descriptor({"budget": tenant}, hits=70)])
+            assert done.limits == 1
+
+    asyncio.run(run())
+    with Client(server.addr) as tg:
+        assert left(tg, tenant) == 930

@@ -282,11 +282,10 @@ class TollgateCallback(CustomLogger):
         """Settles with the usage the provider reported (streamed calls: the final chunk's)."""
         await self._settle(_reservation_in(kwargs), usage_of(kwargs, response_obj), ok=True)
 
-    async def async_log_failure_event(
-        self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any
-    ) -> None:
-        """Settles a failed call with what it used (0 without a usage)."""
-        await self._settle(_reservation_in(kwargs), usage_of(kwargs, response_obj), ok=False)
+    # No settle in `async_log_failure_event`: LiteLLM calls it for every failed attempt, also
+    # one that a retry or a fallback then serves, and settles are idempotent (the first one
+    # wins), so settling there would give back the tokens the fallback then used. The proxy's
+    # `async_post_call_failure_hook` runs once, when the request has failed for good.
 
     async def async_post_call_failure_hook(
         self,
@@ -295,8 +294,8 @@ class TollgateCallback(CustomLogger):
         user_api_key_dict: Any,
         traceback_str: str | None = None,
     ) -> None:
-        """A call that failed in the proxy (a later hook refused it, or the provider failed):
-        settled as a failure. Settles are idempotent, so this and the logging hook may both run."""
+        """The request failed for good (the provider failed and no retry or fallback served it,
+        or a later hook refused it): settled as a failure, with no usage."""
         await self._settle(_reservation_in({"metadata": request_data.get("metadata")}), Usage(), ok=False)
         return None
 

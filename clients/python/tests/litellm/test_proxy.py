@@ -70,6 +70,12 @@ descriptors:
     value: fail-model
     rate_limit: {name: fail-rpm, unit: day, window: 3650d, requests_per_unit: 100000}
   - key: model_tokens
+    value: fail-fb
+    rate_limit: {name: fail-fb-tpm, unit: day, window: 3650d, requests_per_unit: 100000}
+  - key: model_tokens
+    value: fb-target
+    rate_limit: {name: fb-target-tpm, unit: day, window: 3650d, requests_per_unit: 100000}
+  - key: model_tokens
     value: slow
     rate_limit: {name: slow-tpm, unit: day, window: 3650d, requests_per_unit: 100000}
   - key: key_tokens
@@ -81,7 +87,8 @@ descriptors:
     rate_limit: {name: team-budget, calendar: month, spend: 0.005}
 """
 
-GROUPS = ["tpm", "tpm-stream", "rpm", "shares", "fail-model", "slow", "budget", "other"]
+GROUPS = ["tpm", "tpm-stream", "rpm", "shares", "fail-model", "slow", "budget", "other",
+          "fail-fb", "fb-target"]
 
 AUTH = '''\
 from fastapi import Request
@@ -120,6 +127,7 @@ def proxy_config(upstream: int, callback: bool, redis: str | None = None) -> str
     return (
         f"model_list:\n{models}{router}"
         f"litellm_settings:\n  num_retries: 0\n{callbacks}"
+        '  fallbacks: [{"fail-fb": ["fb-target"]}]\n'
         "general_settings:\n  custom_auth: auth.user_api_key_auth\n"
     )
 
@@ -181,22 +189,9 @@ def start_proxy(env: Env, name: str, callback: bool = True, redis: str | None = 
 
 
 def wait_proxy(env: Env, url: str, name: str) -> None:
-    def live() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/health/liveliness", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    p = next(p for p in env.procs if f"{name}.yaml" in " ".join(map(str, p.args)))  # type: ignore[arg-type]
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            raise RuntimeError(f"{name} exited:\n{(env.workdir / f'{name}.log').read_text()[-3000:]}")
-        if live():
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"{name} not ready after 90 s:\n{(env.workdir / f'{name}.log').read_text()[-3000:]}")
+    """Until the proxy `name` (the last started of that name) answers its liveness probe."""
+    p = next(p for p in reversed(env.procs) if f"{name}.yaml" in " ".join(map(str, p.args)))  # type: ignore[arg-type]
+    _wait(name, lambda: _http_ok(f"{url}/health/liveliness"), p, env.workdir / f"{name}.log", 90)
 
 
 @pytest.fixture(scope="module")
@@ -215,16 +210,8 @@ def env(processes: list[subprocess.Popen[bytes]], tollgate_bin: str,
                             "--http-addr", http, "--config-reload-interval", "off"],
                 work / "tollgate.log")
     e = Env(f"http://{http}", f"http://127.0.0.1:{up_port}", [], work, processes, grpc_addr)
-
-    def http_ok(url: str) -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return True
-        except OSError:
-            return False
-
-    _wait("upstream", lambda: http_ok(f"{e.upstream}/calls"), up, work / "upstream.log")
-    _wait("tollgate", lambda: http_ok(f"{e.tollgate_http}/healthz"), tg, work / "tollgate.log")
+    _wait("upstream", lambda: _http_ok(f"{e.upstream}/calls"), up, work / "upstream.log")
+    _wait("tollgate", lambda: _http_ok(f"{e.tollgate_http}/healthz"), tg, work / "tollgate.log")
     names = ["proxy-a", "proxy-b"]
     urls = [start_proxy(e, n) for n in names]  # started together: each takes ~15 s
     for n, u in zip(names, urls):
@@ -326,6 +313,7 @@ async def test_guaranteed_shares_by_priority(env: Env) -> None:
     inter = await asyncio.gather(
         *(chat(env.proxies[i % 2], "sk-ki-prio-interactive", "shares") for i in range(20)))
     ni = admitted(list(inter))
+    print(f"\nshares: batch {nb * USED}, interactive {ni * USED} of 1000 tokens")
     # batch borrows up to borrow_until (0.4 of the pool); interactive then has its 600.
     assert nb * USED <= 400 and ni * USED >= 500, (nb, ni)
     assert await settled(env, "model_tokens=shares", (nb + ni) * USED) == (nb + ni) * USED <= 1000
@@ -410,3 +398,61 @@ async def test_a_client_gone_mid_stream_is_settled_or_keeps_its_estimate(env: En
     charged = env.used("model_tokens=slow") - before
     print(f"\nclient gone mid-stream: {charged} tokens charged")
     assert charged > 0
+
+
+async def test_a_fallback_is_charged_to_the_group_the_request_named(env: Env) -> None:
+    r = await chat(env.proxies[0], "sk-k9", "fail-fb")
+    assert r.status_code == 200, r.text[:300]
+    await asyncio.sleep(2)
+    print(f"\nfallback: fail-fb {env.used('model_tokens=fail-fb')}, "
+          f"fb-target {env.used('model_tokens=fb-target')}")
+    assert await settled(env, "model_tokens=fail-fb", USED) == USED
+    assert env.used("model_tokens=fb-target") == 0
+
+
+async def test_the_example_runs_as_its_readme_says(
+    env: Env, processes: list[subprocess.Popen[bytes]], tollgate_bin: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """examples/litellm: tollgate with its tollgate.yaml, a proxy with its litellm-config.yaml
+    and auth.py (from that directory), the stand-in upstream, README step 5's call."""
+    example = HERE.parents[3] / "examples" / "litellm"
+    work = tmp_path_factory.mktemp("example")
+    grpc_addr, http = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    tg = _spawn(processes, [tollgate_bin, "serve", "--config", str(example / "tollgate.yaml"),
+                            "--grpc-addr", grpc_addr, "--http-addr", http], work / "tollgate.log")
+    _wait("tollgate", lambda: _http_ok(f"http://{http}/healthz"), tg, work / "tollgate.log")
+    port = free_port()
+    proc_env = dict(
+        os.environ,
+        TOLLGATE_ADDR=grpc_addr,
+        LITELLM_MASTER_KEY="sk-" + os.urandom(24).hex(),
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        OPENAI_API_BASE=f"{env.upstream}/v1",
+        OPENAI_API_KEY="anything",
+    )
+    log = work / "proxy.log"
+    with open(log, "wb") as out:
+        p = subprocess.Popen(
+            [_litellm_exe(), "--config", "litellm-config.yaml", "--host", "127.0.0.1",
+             "--port", str(port), "--num_workers", "1", "--telemetry", "False"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=proc_env,
+            cwd=example, start_new_session=True,
+        )
+    processes.append(p)
+    url = f"http://127.0.0.1:{port}"
+    _wait("the example's proxy", lambda: _http_ok(f"{url}/health/liveliness"), p, log, 90)
+    r = await chat(url, "sk-alice-team-research-prio-interactive", "gpt-4o")
+    assert r.status_code == 200, r.text[:300]
+    counters = Env(f"http://{http}", env.upstream, [], work, processes, grpc_addr)
+    assert await settled(counters, "model_tokens=gpt-4o,priority=interactive", USED) == USED
+    # 20 input tokens at USD 2.50/M + 80 output at 10/M = 850 µUSD
+    assert await settled(counters, "team_spend=research,model=gpt-4o", 850) == 850
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except OSError:
+        return False
