@@ -12,6 +12,7 @@ tokens as read from the cache. It counts the calls it served (`GET /calls`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 PROMPT = 20
 COMPLETION = 80
-DELAY = 0.3  # seconds each call takes: calls sent at once overlap
+DELAY = float(os.environ.get("UPSTREAM_DELAY", "0.3"))  # seconds a call takes: calls at once overlap
 
 calls = 0
 lock = threading.Lock()
