@@ -132,7 +132,11 @@ def main() -> None:
             env = dict(os.environ, TOLLGATE_ADDR=grpc, LITELLM_LOCAL_MODEL_COST_MAP="True",
                        LITELLM_MASTER_KEY="sk-" + os.urandom(24).hex(),
                        OPENAI_API_BASE=f"http://127.0.0.1:{up}/v1", OPENAI_API_KEY="x")
-            p = spawn([str(Path(sys.executable).with_name("litellm")), "--config", cfg,
+            # LiteLLM's `litellm` command, run by this interpreter (bin/litellm's first line
+            # names the path the venv was made at)
+            litellm = [sys.executable, "-c", "import sys; from litellm.proxy.proxy_cli import "
+                       "run_server; sys.argv[0] = 'litellm'; run_server()"]
+            p = spawn([*litellm, "--config", cfg,
                        "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1",
                        "--telemetry", "False"], f"proxy-{name.replace(' ', '-')}.log", env, cwd)
             urls[name] = f"http://127.0.0.1:{port}"

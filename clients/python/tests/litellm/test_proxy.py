@@ -158,11 +158,12 @@ class Env:
             return int(json.load(r)["calls"])
 
 
-def _litellm_exe() -> str:
-    exe = Path(sys.executable).with_name("litellm")
-    if not exe.exists():
-        pytest.fail(f"no litellm script beside {sys.executable}", pytrace=False)
-    return str(exe)
+def litellm_cmd() -> list[str]:
+    """LiteLLM's `litellm` command, run by this interpreter (the venv's `bin/litellm` names the
+    path the venv was made at in its first line, and CI's venv outlives its checkout)."""
+    return [sys.executable, "-c",
+            "import sys; from litellm.proxy.proxy_cli import run_server; "
+            "sys.argv[0] = 'litellm'; run_server()"]
 
 
 def start_proxy(env: Env, name: str, callback: bool = True, redis: str | None = None) -> str:
@@ -179,7 +180,7 @@ def start_proxy(env: Env, name: str, callback: bool = True, redis: str | None = 
     log = env.workdir / f"{name}.log"
     with open(log, "wb") as out:
         p = subprocess.Popen(
-            [_litellm_exe(), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
+            [*litellm_cmd(), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
              "--num_workers", "1", "--telemetry", "False"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=proc_env,
             cwd=env.workdir, start_new_session=True,
@@ -434,7 +435,7 @@ async def test_the_example_runs_as_its_readme_says(
     log = work / "proxy.log"
     with open(log, "wb") as out:
         p = subprocess.Popen(
-            [_litellm_exe(), "--config", "litellm-config.yaml", "--host", "127.0.0.1",
+            [*litellm_cmd(), "--config", "litellm-config.yaml", "--host", "127.0.0.1",
              "--port", str(port), "--num_workers", "1", "--telemetry", "False"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=proc_env,
             cwd=example, start_new_session=True,
