@@ -90,7 +90,11 @@ fn main() -> ExitCode {
                 if config.domains.is_empty() {
                     anyhow::bail!("no domain found in {}", args.path.display());
                 }
-                print!("{}", config.describe());
+                if args.dump {
+                    print!("{}", config.describe());
+                } else {
+                    print!("{}", config.explain());
+                }
                 Ok(0)
             }
             Command::Query(args) => {

@@ -272,9 +272,25 @@ async fn metrics<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-/// The compiled limits; headers say which reload attempt this is and, when the last attempt
-/// was rejected, why (the limits shown are then the ones still running).
-async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
+/// The compiled limits, as envoyproxy/ratelimit's lines (tools parse them), or with
+/// `?view=human` each in its own terms (`config::explain`); headers say which reload attempt
+/// this is and, when the last attempt was rejected, why (the limits shown are then the ones
+/// still running).
+async fn rlconfig<S: Store>(
+    State(st): State<Arc<AdminState<S>>>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let human = match query.as_deref().unwrap_or("") {
+        "" | "view=envoy" => false,
+        "view=human" => true,
+        other => return (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unknown query '{other}': /rlconfig takes view=envoy (the default) or view=human\n"
+            ),
+        )
+            .into_response(),
+    };
     let status = &st.reload_status;
     let mut headers = vec![(
         "x-tollgate-config-generation",
@@ -299,7 +315,13 @@ async fn rlconfig<S: Store>(State(st): State<Arc<AdminState<S>>>) -> Response {
             .collect();
         headers.push(("x-tollgate-config-error", clean));
     }
-    let mut resp = st.config.load().describe().into_response();
+    let config = st.config.load();
+    let body = if human {
+        config.explain()
+    } else {
+        config.describe()
+    };
+    let mut resp = body.into_response();
     for (name, value) in headers {
         if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
             resp.headers_mut().insert(name, v);

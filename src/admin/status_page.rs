@@ -360,8 +360,11 @@ fn divided_pools(
 }
 
 fn limits_section(config: &Config, page: &mut String) {
-    page.push_str("<section id=\"limits\"><h2>Domains and limits</h2>");
-    let described = config.describe();
+    page.push_str(
+        "<section id=\"limits\"><h2>Domains and limits</h2><p>Each limit in its \
+         own terms; envoyproxy/ratelimit's lines are at <a href=\"rlconfig\">/rlconfig</a>.</p>",
+    );
+    let described = config.explain();
     for d in domains(config) {
         let prefix = format!("{d}.");
         let lines: Vec<&str> = described

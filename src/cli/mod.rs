@@ -508,6 +508,10 @@ pub struct CheckConfigArgs {
     /// limits is checked for every region they name.
     #[arg(long, env = "TOLLGATE_REGION")]
     pub region: Option<String>,
+    /// Print envoyproxy/ratelimit's lines (`unit=MINUTE requests_per_unit=…`, as `GET
+    /// /rlconfig` serves them) instead of each limit in its own terms.
+    #[arg(long)]
+    pub dump: bool,
 }
 
 #[derive(Debug, Args)]

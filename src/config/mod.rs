@@ -7,6 +7,7 @@
 pub mod bind;
 pub mod compile;
 pub mod error;
+pub mod explain;
 pub mod global;
 pub mod load;
 mod locate;
@@ -376,6 +377,18 @@ fn describe_level(level: &Level, lines: &mut Vec<String>) {
                     ", fair_share: {{by: {}, above: {} ({} units), floor: {}, max_tenants: {}}}",
                     f.by, f.above, f.tenant.params.borrow_until, f.floor, f.max_tenants
                 );
+            }
+            if let Some(g) = &l.global {
+                let _ = write!(
+                    s,
+                    ", global: {{home: {}, regions: [{}], on_partition: ",
+                    g.home,
+                    g.regions.join(", ")
+                );
+                let _ = match g.safe_share {
+                    Some(f) => write!(s, "safe_share, safe_share: {f}}}"),
+                    None => write!(s, "refuse}}"),
+                };
             }
             for (flag, on) in [
                 ("shared", l.shared),

@@ -261,6 +261,27 @@ async fn http_rlconfig_lists_the_limits() {
     ] {
         assert!(text.lines().any(|l| l == line), "no '{line}' in:\n{text}");
     }
+    // The same limits in their own terms; a query it does not know is refused, not ignored.
+    let human = http_client()
+        .get(server.http_url("/rlconfig?view=human"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(human.status(), 200);
+    let text = human.text().await.unwrap();
+    for line in [
+        "test.a: 3 per minute per a",
+        "test.b: 1 per minute per b",
+        "test.free: unlimited",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no '{line}' in:\n{text}");
+    }
+    let bad = http_client()
+        .get(server.http_url("/rlconfig?view=yaml"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
     server.stop().await;
 }
 
@@ -925,6 +946,20 @@ async fn check_config_refuses_a_directory_without_a_domain() {
 #[tokio::test]
 async fn check_config_prints_the_limits() {
     let (ok, stdout, stderr) = run_bin(&["check-config", EXAMPLE]).await;
+    assert!(ok, "stderr: {stderr}");
+    for line in [
+        "edge.api_key (per-api-key): 10 per minute per api_key",
+        "edge.api_key_internal: unlimited",
+        "edge.remote_address: 5 per second per remote_address",
+        "edge.user.method_POST: 3 per minute for method=POST",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no '{line}' in:\n{stdout}"
+        );
+    }
+    // --dump: envoyproxy/ratelimit's lines, as /rlconfig serves them.
+    let (ok, stdout, stderr) = run_bin(&["check-config", "--dump", EXAMPLE]).await;
     assert!(ok, "stderr: {stderr}");
     for line in [
         "edge.api_key: unit=MINUTE requests_per_unit=10, shadow_mode: false, name: per-api-key",
