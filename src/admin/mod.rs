@@ -283,13 +283,12 @@ async fn rlconfig<S: Store>(
     let human = match query.as_deref().unwrap_or("") {
         "" | "view=envoy" => false,
         "view=human" => true,
-        other => return (
-            StatusCode::BAD_REQUEST,
-            format!(
+        other => {
+            let msg = format!(
                 "unknown query '{other}': /rlconfig takes view=envoy (the default) or view=human\n"
-            ),
-        )
-            .into_response(),
+            );
+            return (StatusCode::BAD_REQUEST, msg).into_response();
+        }
     };
     let status = &st.reload_status;
     let mut headers = vec![(

@@ -126,7 +126,7 @@ pub fn terms(rule: &Rule, l: &Limit, currency: Option<&str>) -> String {
         s.push_str("; ");
         // The largest guarantee first, as people say them.
         let mut classes: Vec<_> = sh.classes.iter().collect();
-        classes.sort_by(|a, b| b.limit.params.limit.cmp(&a.limit.params.limit));
+        classes.sort_by_key(|c| std::cmp::Reverse(c.limit.params.limit));
         for (i, c) in classes.into_iter().enumerate() {
             let sep = if i > 0 { ", " } else { "" };
             let _ = write!(s, "{sep}{} {}", c.name, c.limit.params.limit);
