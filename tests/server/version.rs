@@ -100,9 +100,11 @@ fn every_file_that_names_the_release_names_cargo_toml_s_version() {
 #[test]
 fn the_changelog_opens_with_this_release_and_the_chart_version_it_shipped() {
     let changelog = read("CHANGELOG.md");
+    // Keep a Changelog: what has landed since the release may sit above it, under
+    // `## [Unreleased]`; the first release heading is this one.
     let first = changelog
         .lines()
-        .find(|l| l.starts_with("## ["))
+        .find(|l| l.starts_with("## [") && !l.starts_with("## [Unreleased]"))
         .expect("CHANGELOG.md has a `## [version]` heading");
     assert!(
         first.starts_with(&format!("## [{VERSION}]")),
@@ -116,7 +118,7 @@ fn the_changelog_opens_with_this_release_and_the_chart_version_it_shipped() {
         .trim();
     let section = changelog
         .split("\n## [")
-        .nth(1)
+        .find(|s| s.starts_with(VERSION))
         .expect("the newest release's section");
     assert!(
         section.contains(&format!("chart {chart_version}")),
