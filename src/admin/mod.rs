@@ -4,6 +4,7 @@
 //! `POST /counters/reset`. This file is the router and the small handlers; what they share
 //! is [`state`], the token check one middleware layer ([`token`]).
 
+pub mod budgets;
 pub mod counters;
 pub mod html;
 pub mod json;
@@ -52,7 +53,8 @@ pub fn router<S: Store>(state: Arc<AdminState<S>>, json: bool, ui: bool) -> Rout
     // What reveals tenants and usage: behind the token, once one is set.
     let reads = Router::new()
         .route("/counters", get(counters_endpoint::<S>))
-        .route("/top", get(crate::admin::top_page::endpoint::<S>));
+        .route("/top", get(crate::admin::top_page::endpoint::<S>))
+        .route("/budgets", get(crate::admin::budgets::endpoint::<S>));
     let reads = if ui {
         reads.route("/", get(status_page::<S>))
     } else {

@@ -1,8 +1,9 @@
 //! The status page (`GET /` on the admin port, off with `--admin-ui=false`): readiness and why,
 //! the store and its latency over the last minute, where the config comes from and the last
 //! reload error, who is being limited right now with OVER_LIMIT per minute, a counter lookup
-//! form, every shared pool divided by class or tenant with each class's use and the active
-//! tenants, and every domain's limits.
+//! form, each budget's biggest spenders with a chart (`admin::budgets`), every shared pool
+//! divided by class or tenant with each class's use and the active tenants, and every domain's
+//! limits in their own terms.
 //!
 //! One HTML document rendered here: the style is inline, nothing is fetched (no script, font
 //! or image), so it reads the same without JavaScript, offline and behind any proxy. Every
@@ -52,6 +53,7 @@ pub async fn render<S: Store>(st: &AdminState<S>, input: PageInput<'_>) -> Strin
     config_section(st, &config, &mut page);
     lookup_section(st, &config, input.lookup, &mut page).await;
     crate::admin::top_page::section(st, &config, &mut page);
+    crate::admin::budgets::section(st, &config, &mut page).await;
     pools_section(st, &config, &mut page).await;
     limits_section(&config, &mut page);
     page.push_str("</main></body></html>\n");

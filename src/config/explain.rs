@@ -43,9 +43,33 @@ fn explain_level(level: &Level, currency: Option<&str>, out: &mut String) {
 
 /// One limit in its own terms (without its rule's name).
 pub fn terms(rule: &Rule, l: &Limit, currency: Option<&str>) -> String {
+    let mut s = how_much(l, currency);
+    whose(rule, l, &mut s);
+    divided(l, &mut s);
+    let p = &l.params;
+    if l.lease > 0 {
+        let _ = write!(s, "; each instance leases {} at a time", l.lease);
+    }
+    if p.max_wait_us > 0 {
+        let _ = write!(s, "; waits up to {} for room", span(p.max_wait_us / 1000));
+    }
+    for (on, text) in [
+        (p.overdraft, "; usage always lands (overdraft)"),
+        (rule.hierarchical, "; also for the descriptors below it"),
+        (rule.shadow_mode, "; shadow mode (counted, never refused)"),
+        (rule.quota_mode, "; quota mode"),
+    ] {
+        if on {
+            s.push_str(text);
+        }
+    }
+    s
+}
+
+/// How much, per what: `50 USD per calendar month (UTC)`, `8 at once, …`.
+fn how_much(l: &Limit, currency: Option<&str>) -> String {
     let p = &l.params;
     let mut s = String::new();
-    // How much, per what.
     if p.algorithm == Algorithm::Concurrency {
         let _ = write!(
             s,
@@ -53,46 +77,50 @@ pub fn terms(rule: &Rule, l: &Limit, currency: Option<&str>) -> String {
             p.limit,
             span(p.window_us / 1000)
         );
-    } else {
-        let amount = match (l.spend, currency) {
-            (true, c) => format!(
-                "{} {}",
-                crate::limit::money::format_micros(p.limit),
-                c.unwrap_or("")
-            ),
-            (false, _) => p.limit.to_string(),
-        };
-        let amount = amount.trim_end();
-        match (&p.calendar, p.algorithm) {
-            (Some(c), _) => {
-                let _ = write!(
-                    s,
-                    "{amount} per calendar {} ({}",
-                    c.period.name(),
-                    c.zone.name
-                );
-                if c.period == Period::Week {
-                    let _ = write!(s, ", weeks from {}", c.week_starts_name());
-                }
-                s.push(')');
+        return s;
+    }
+    let amount = match (l.spend, currency) {
+        (true, c) => format!(
+            "{} {}",
+            crate::limit::money::format_micros(p.limit),
+            c.unwrap_or("")
+        ),
+        (false, _) => p.limit.to_string(),
+    };
+    let amount = amount.trim_end();
+    match (&p.calendar, p.algorithm) {
+        (Some(c), _) => {
+            let _ = write!(
+                s,
+                "{amount} per calendar {} ({}",
+                c.period.name(),
+                c.zone.name
+            );
+            if c.period == Period::Week {
+                let _ = write!(s, ", weeks from {}", c.week_starts_name());
             }
-            (None, Algorithm::TokenBucket) => {
-                let _ = write!(
-                    s,
-                    "{amount} per {}, refilled continuously, bursts up to {}",
-                    per(p.window_us / 1000),
-                    p.burst
-                );
-            }
-            (None, Algorithm::SlidingWindow) => {
-                let _ = write!(s, "{amount} per trailing {}", per(p.window_us / 1000));
-            }
-            (None, _) => {
-                let _ = write!(s, "{amount} per {}", per(p.window_us / 1000));
-            }
+            s.push(')');
+        }
+        (None, Algorithm::TokenBucket) => {
+            let _ = write!(
+                s,
+                "{amount} per {}, refilled continuously, bursts up to {}",
+                per(p.window_us / 1000),
+                p.burst
+            );
+        }
+        (None, Algorithm::SlidingWindow) => {
+            let _ = write!(s, "{amount} per trailing {}", per(p.window_us / 1000));
+        }
+        (None, _) => {
+            let _ = write!(s, "{amount} per {}", per(p.window_us / 1000));
         }
     }
-    // Whose.
+    s
+}
+
+/// Whose: `per tenant`, `for api_key=abc`, `shared by every tenant`, `across eu, us (home eu)`.
+fn whose(rule: &Rule, l: &Limit, s: &mut String) {
     let key = rule.key.as_str();
     if let Some(g) = &l.global {
         let _ = write!(s, " across {} (home {})", g.regions.join(", "), g.home);
@@ -101,7 +129,7 @@ pub fn terms(rule: &Rule, l: &Limit, currency: Option<&str>) -> String {
                 let _ = write!(
                     s,
                     "; cut off from home a region spends up to {} a window",
-                    units(f, p.limit)
+                    units(f, l.params.limit)
                 );
             }
             None => s.push_str("; cut off from home, refused"),
@@ -109,19 +137,16 @@ pub fn terms(rule: &Rule, l: &Limit, currency: Option<&str>) -> String {
     } else if l.shared {
         let _ = write!(s, " shared by every {}", whom(rule));
     } else {
-        match &rule.pattern {
-            Pattern::Any => {
-                let _ = write!(s, " per {key}");
-            }
-            Pattern::Exact(v) => {
-                let _ = write!(s, " for {key}={v}");
-            }
-            Pattern::Wildcard(_) => {
-                let _ = write!(s, " per {key} matching its pattern");
-            }
-        }
+        let _ = match &rule.pattern {
+            Pattern::Any => write!(s, " per {key}"),
+            Pattern::Exact(v) => write!(s, " for {key}={v}"),
+            Pattern::Wildcard(_) => write!(s, " per {key} matching its pattern"),
+        };
     }
-    // How it is divided, and the rest.
+}
+
+/// How a pool is divided: its classes' guarantees, or its fair share.
+fn divided(l: &Limit, s: &mut String) {
     if let Some(sh) = &l.shares {
         s.push_str("; ");
         // The largest guarantee first, as people say them.
@@ -148,25 +173,6 @@ pub fn terms(rule: &Rule, l: &Limit, currency: Option<&str>) -> String {
             f.tenant.params.borrow_until, f.by, f.by, f.floor
         );
     }
-    if l.lease > 0 {
-        let _ = write!(s, "; each instance leases {} at a time", l.lease);
-    }
-    if p.max_wait_us > 0 {
-        let _ = write!(s, "; waits up to {} for room", span(p.max_wait_us / 1000));
-    }
-    if p.overdraft {
-        s.push_str("; usage always lands (overdraft)");
-    }
-    if rule.hierarchical {
-        s.push_str("; also for the descriptors below it");
-    }
-    if rule.shadow_mode {
-        s.push_str("; shadow mode (counted, never refused)");
-    }
-    if rule.quota_mode {
-        s.push_str("; quota mode");
-    }
-    s
 }
 
 /// Whom a shared limit's users are: `tenant` (a rule matching any value), or every request for

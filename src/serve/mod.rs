@@ -463,6 +463,8 @@ fn start_admin(
     life: &Lifetimes,
 ) -> anyhow::Result<Vec<JoinHandle<anyhow::Result<()>>>> {
     let app = admin::router(state.clone(), opts.admin_json, opts.admin_ui);
+    // Each budget's biggest spenders read once a minute, for their burn rates.
+    tokio::spawn(admin::budgets::sample_every_minute(state.clone()));
     let max = opts.admin_max_connections;
     let mut tasks = Vec::new();
     if let Some(listener) = listeners.write {

@@ -10,6 +10,7 @@
 //! [`plan`]: crate::plan::pipeline::plan
 
 pub mod answer;
+pub mod budgets;
 pub mod decision;
 pub mod error;
 pub mod fallback;
@@ -99,6 +100,11 @@ impl<S: Store> RateLimiter<S> {
     /// Who is being limited right now.
     pub fn top(&self) -> &Top {
         &self.observer.top
+    }
+
+    /// Each budget's biggest spenders in its period.
+    pub fn budgets(&self) -> &crate::service::budgets::Budgets {
+        &self.observer.budgets
     }
 
     /// The store's decision latency over the last minute.

@@ -11,10 +11,12 @@ use opentelemetry::KeyValue;
 
 use crate::algorithm::concurrency::SlotId;
 use crate::algorithm::rule::{ChargeOutcome, Role};
+use crate::base::clock::{Clock, SystemClock};
 use crate::base::log_throttle;
 use crate::pb::rls::RateLimitRequest;
 use crate::plan::Plan;
 use crate::service::answer::{Answered, AnsweredBy, Ended, SettleDone, SlotsDone};
+use crate::service::budgets::{is_budget, Budgets};
 use crate::service::decision::{plan_verdict, Code, Decision};
 use crate::service::error::CallError;
 use crate::service::settings::Settings;
@@ -36,6 +38,8 @@ pub struct Observer {
     pub store_latency: LatencyWindow,
     /// The descriptors most often answered OVER_LIMIT, per domain (`GET /top`).
     pub top: Top,
+    /// Each budget's biggest spenders in its period (`GET /budgets`, the status page).
+    pub budgets: Budgets,
 }
 
 /// One call, as it ended.
@@ -57,6 +61,7 @@ impl Observer {
             metrics,
             store_latency: LatencyWindow::default(),
             top: Top::default(),
+            budgets: Budgets::default(),
         }
     }
 
@@ -283,6 +288,7 @@ impl Observer {
                 self.top.record(&req.domain, &d.entries);
             }
         }
+        self.spent(req, plan, outcomes);
         for (i, s) in decision.statuses.iter().enumerate() {
             if s.unsatisfiable {
                 if let Some(suppressed) = log_throttle::due("unsatisfiable") {
@@ -295,6 +301,26 @@ impl Observer {
                     );
                 }
             }
+        }
+    }
+
+    /// What landed on budgets (`spend:` limits, calendar windows), for their biggest
+    /// spenders.
+    fn spent(&self, req: &RateLimitRequest, plan: &Plan<'_>, outcomes: &[ChargeOutcome]) {
+        let mut now_us = None;
+        let mut verdict = None;
+        for (c, o) in plan.charges.iter().zip(outcomes) {
+            if c.cost == 0 || !is_budget(&c.limit) {
+                continue;
+            }
+            let overdraft = c.limit.params.overdraft;
+            let v = *verdict.get_or_insert_with(|| plan_verdict(plan, outcomes));
+            if !(v.lands(overdraft) && (o.allowed || overdraft)) {
+                continue;
+            }
+            let now = *now_us.get_or_insert_with(|| SystemClock.now_us());
+            self.budgets
+                .record(&req.domain, &c.limit, &c.key, c.cost, now);
         }
     }
 

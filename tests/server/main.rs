@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod budgets;
 mod busy_host;
 mod config_validation;
 mod dropin;
