@@ -6,7 +6,8 @@
 # counter lookup form is submitted as a browser submits it. Checks: the page is ready and shows
 # the seeded data; hostile values are text, never markup (no <script> element in the DOM); the
 # lookup finds the counter; the shared pools show each class's use and the active tenants; the
-# screenshot is not blank. Also: with --admin-token-file the page
+# Budgets panel shows three teams' money spend, biggest first, each equal to what /counters
+# says, with a chart and the budget in its own terms; the screenshot is not blank. Also: with --admin-token-file the page
 # needs the token (401 and a Basic challenge, 200 with it); with --admin-ui=false it is gone.
 # And a page on another origin that posts a reset form to the write listener (a cross-site
 # request forgery) is refused there (403), the counter untouched.
@@ -53,7 +54,14 @@ trap cleanup EXIT
 
 cat >"$WORK/config.yaml" <<'YAML'
 domain: shop
+prices:
+  currency: USD
+  per_million_tokens:
+    gpt-4o: {input: 2.50, output: 10.00}
 descriptors:
+  - key: team
+    hierarchical: true
+    rate_limit: {name: team-monthly-spend, calendar: month, spend: 50, overdraft: true}
   - key: tenant
     rate_limit: {name: per-tenant, unit: hour, requests_per_unit: 2}
   - key: model
@@ -112,9 +120,20 @@ pool() { # pool DESCRIPTOR N
 pool "provider=openai,tenant=a,priority=interactive" 3
 pool "provider=openai,tenant=b,priority=batch" 2
 for t in x y z; do pool "region=eu,tenant=$t" 1; done
+# Money budgets: three teams spend, one of them named like markup; the page's Budgets panel
+# must show each team's spend as /counters has it.
+spend() { # spend TEAM INPUT_TOKENS OUTPUT_TOKENS
+  "$BIN" query --addr "$open_GRPC" --domain shop \
+    --descriptor "team=$1,model=gpt-4o,kind=input;hits=$2" \
+    --descriptor "team=$1,model=gpt-4o,kind=output;hits=$3" >/dev/null
+}
+spend research 120000 30000     # USD 0.30 + 0.30
+spend research 40000 10000      # USD 0.10 + 0.10
+spend support 8000 2000         # USD 0.02 + 0.02
+spend "$HOSTILE" 4000 1000      # USD 0.01 + 0.01
 
 browse() { # browse URL OUT.html [screenshot.png]
-  local args=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1700
+  local args=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1800
     --user-data-dir="$WORK/profile")
   timeout 60 "$CHROMIUM" "${args[@]}" --dump-dom "$1" >"$2" 2>"$WORK/chromium.log" \
     || die "chromium could not load $1: $(tail -5 "$WORK/chromium.log")"
@@ -130,9 +149,9 @@ step "the counter lookup, submitted as the form submits it"
 LOOKUP=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.urlencode([("domain","shop"),("key","tenant"),("value",sys.argv[1]),("key",""),("value","")]))' "$QUOTED")
 browse "$open_HTTP/?$LOOKUP" "$WORK/lookup.html"
 
-python3 - "$WORK" "$HOSTILE" "$QUOTED" <<'PY'
-import html, re, struct, sys, zlib
-work, hostile, quoted = sys.argv[1:]
+python3 - "$WORK" "$HOSTILE" "$QUOTED" "$open_HTTP" <<'PY'
+import html, json, re, struct, sys, urllib.parse, urllib.request, zlib
+work, hostile, quoted, http = sys.argv[1:]
 page = open(f"{work}/page.html", encoding="utf-8").read()
 lookup = open(f"{work}/lookup.html", encoding="utf-8").read()
 def check(ok, what):
@@ -161,6 +180,19 @@ check(re.search(r"<script", page, re.I) is None and "pwned" not in page.split("<
 check("o'reilly" in lookup or "o&#39;reilly" in lookup, "the lookup echoes the quoted value")
 row = re.search(r"<tr><td>per-tenant</td>.*?</tr>", lookup)
 check(row is not None, "the lookup finds the counter")
+budgets = page[page.find('id="budgets"'):page.find('id="pools"')]
+check("<svg" in budgets and "50 USD per calendar month (UTC)" in budgets,
+      "the Budgets panel shows the budget in its own terms, with a chart")
+rows = re.findall(r'<tr data-key="[^"]*"><td><code>(.*?)</code></td><td class="used" data-used="(\d+)">(.*?)</td>', budgets)
+shown = {html.unescape(who): (int(used), text) for who, used, text in rows}
+check(list(shown)[:1] == ["team=research"] and len(shown) == 3, f"the three teams, the biggest first: {list(shown)}")
+for who, (used, text) in shown.items():
+    q = urllib.parse.urlencode([("domain", "shop"), ("key", "team"), ("value", who.split("=", 1)[1])])
+    counters = json.load(urllib.request.urlopen(f"{http}/counters?{q}", timeout=5))["counters"]
+    c = next(c for c in counters if c["name"] == "team-monthly-spend")
+    check(used == c["used"], f"{who}: the page's {used} µUSD ({text}) is /counters' {c['used']}")
+check(shown["team=research"] == (800000, "0.8 USD"), f"research spent USD 0.80: {shown['team=research']}")
+check("<code>team=&lt;script&gt;document.title=" in budgets, "a <script> team name is shown as text")
 cells = re.findall(r"<td>(.*?)</td>", row.group(0))
 check(cells[3:6] == ["2", "2", "0"], f"the counter is full (limit 2, used 2, left 0): {cells}")
 

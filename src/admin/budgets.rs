@@ -129,7 +129,7 @@ pub async fn report<S: Store>(
             let burn = budgets.sample(&t.domain, &t.limit, &s.key, now_us, u.used);
             let (runs_out_unix_ms, runs_out) = runs_out(u.remaining, burn, now_us, t.period.1);
             spenders.push(SpenderView {
-                who: who(&s.key).to_string(),
+                who: who(&s.key),
                 key: r.key,
                 used: u.used,
                 remaining: u.remaining,

@@ -133,14 +133,46 @@ pub fn period_of(limit: &Limit, now_us: u64) -> (u64, u64) {
     }
 }
 
-/// Whom a counter key counts, as people read it: the descriptor entries inside its hash tag
-/// after the domain (`{llm|tenant_spend=acme}|K…` → `tenant_spend=acme`).
-pub fn who(key: &str) -> &str {
-    let inner = key
-        .strip_prefix('{')
-        .and_then(|k| k.split_once('}'))
-        .map_or(key, |(tag, _)| tag);
-    inner.split_once('|').map_or(inner, |(_, rest)| rest)
+/// Whom a counter key counts, as people read it: its descriptor entries after the domain,
+/// unescaped (`{llm|tenant_spend=acme}|Kmonth@UTC` → `tenant_spend=acme`,
+/// `{llm|tier=free|tenant=a%3Db}|model=m|f60` → `tier=free,tenant=a=b,model=m`).
+pub fn who(key: &str) -> String {
+    // Without its limit's suffix (the last `|…`), its braces and its domain (the first part).
+    let body = key.rsplit_once('|').map_or(key, |(body, _)| body);
+    let body: String = body.chars().filter(|&c| c != '{' && c != '}').collect();
+    let mut parts = body.split('|');
+    parts.next();
+    let entries: Vec<String> = parts.map(unescape).collect();
+    if entries.is_empty() {
+        unescape(key)
+    } else {
+        entries.join(",")
+    }
+}
+
+/// A counter key's part with its percent-escapes undone.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn same(t: &Track, limit: &Limit) -> bool {
@@ -309,7 +341,7 @@ mod tests {
         let top = &tracked[0].top;
         let total = tracked[0].total;
         assert_eq!(total, 10 * (1000 + 100));
-        let names: Vec<&str> = top.iter().map(|s| who(&s.key)).collect();
+        let names: Vec<String> = top.iter().map(|s| who(&s.key)).collect();
         assert_eq!(names, ["t=a", "t=b", "t=c"]);
         for (s, truth) in top.iter().zip([5000, 3000, 2000]) {
             assert!(s.charged >= truth && s.charged - s.error <= truth, "{s:?}");
@@ -345,7 +377,10 @@ mod tests {
             who("{llm|tenant_spend=acme}|Kmonth@UTC"),
             "tenant_spend=acme"
         );
-        assert_eq!(who("{llm|a=1|b=2}|f60"), "a=1|b=2");
-        assert_eq!(who("plain"), "plain");
+        assert_eq!(
+            who("{llm|tier=free|tenant=a%3Db%7C}|model=m|f60"),
+            "tier=free,tenant=a=b|,model=m"
+        );
+        assert_eq!(who("{llm|model=*|*}|f60"), "model=*,*");
     }
 }
