@@ -12,7 +12,11 @@
 # And a page on another origin that posts a reset form to the write listener (a cross-site
 # request forgery) is refused there (403), the counter untouched.
 #
-# Needs: python3, a tollgate binary (TOLLGATE_BIN, default target/release/tollgate), and root
+# A global limit (one limit across regions, this instance region eu and its home) is listed in
+# its own terms and its lease looked up as /counters has it; every instance runs on one
+# redis-server of the script's own (each under its own key prefix).
+#
+# Needs: python3, redis-server, a tollgate binary (TOLLGATE_BIN, default target/release/tollgate), and root
 # or sudo to install chromium when it is missing.
 #
 # Usage: scripts/check-status-page.sh [--screenshot PATH]   (PATH: keep the screenshot there)
@@ -46,6 +50,7 @@ if ! fc-list 2>/dev/null | grep -qi dejavu; then
   install_packages fonts-dejavu-core fontconfig
 fi
 "$CHROMIUM" --version
+command -v redis-server >/dev/null 2>&1 || die "redis-server is not on the PATH (Debian: apt-get install redis-server)"
 
 source scripts/lib.sh
 WORK=$(mktemp -d)
@@ -73,6 +78,8 @@ descriptors:
     hierarchical: true
     rate_limit: {name: openai, unit: hour, requests_per_unit: 100, shared: true, shares: {by: priority, classes: {interactive: 0.5, batch: 0.3}, default: batch}}
     descriptors: [{key: tenant, descriptors: [{key: priority}]}]
+  - key: api
+    rate_limit: {name: api-global, unit: hour, requests_per_unit: 300, shared: true, global: {home: eu, regions: [eu, us]}}
   - key: region
     value: eu
     hierarchical: true
@@ -81,13 +88,20 @@ descriptors:
 YAML
 printf 's3cret-token\n' >"$WORK/token"
 
+# One Redis for every instance (each under its own key prefix): the config has a global
+# limit (one limit across regions), which needs the Redis store and --region. This is region
+# eu, home of the limit; region us never comes.
+REDIS_PORT=$(free_port)
+start_redis "$REDIS_PORT"
+
 # serve NAME EXTRA_ARGS...: starts tollgate, sets NAME_HTTP and NAME_GRPC.
 serve() {
   local name=$1; shift
   local grpc http
   grpc=$(free_port); http=$(free_port)
   "$BIN" serve --config "$WORK/config.yaml" --grpc-addr "127.0.0.1:$grpc" \
-    --http-addr "127.0.0.1:$http" "$@" >"$WORK/$name.log" 2>&1 &
+    --http-addr "127.0.0.1:$http" --redis-url "redis://127.0.0.1:$REDIS_PORT" \
+    --redis-key-prefix "$name:" --region eu "$@" >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do
     curl -fs "http://127.0.0.1:$http/healthz" >/dev/null 2>&1 && break
@@ -131,6 +145,16 @@ spend research 120000 30000     # USD 0.30 + 0.30
 spend research 40000 10000      # USD 0.10 + 0.10
 spend support 8000 2000         # USD 0.02 + 0.02
 spend "$HOSTILE" 4000 1000      # USD 0.01 + 0.01
+# The global limit: 7 admitted from this region's lease (the first may come before the lease).
+admitted=0
+for _ in $(seq 50); do
+  if "$BIN" query --addr "$open_GRPC" --domain shop --descriptor "api=checkout" >/dev/null; then
+    admitted=$((admitted + 1)); [ "$admitted" = 7 ] && break
+  else
+    [ $? = 3 ] || die "the global limit's query failed"; sleep 0.2
+  fi
+done
+[ "$admitted" = 7 ] || die "the global limit admitted $admitted of 7"
 
 browse() { # browse URL OUT.html [screenshot.png]
   local args=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1800
@@ -148,18 +172,20 @@ browse "$open_HTTP/" "$WORK/page.html" "$WORK/page.png"
 step "the counter lookup, submitted as the form submits it"
 LOOKUP=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.urlencode([("domain","shop"),("key","tenant"),("value",sys.argv[1]),("key",""),("value","")]))' "$QUOTED")
 browse "$open_HTTP/?$LOOKUP" "$WORK/lookup.html"
+browse "$open_HTTP/?domain=shop&key=api&value=checkout" "$WORK/lookup-global.html"
 
 python3 - "$WORK" "$HOSTILE" "$QUOTED" "$open_HTTP" <<'PY'
 import html, json, re, struct, sys, urllib.parse, urllib.request, zlib
 work, hostile, quoted, http = sys.argv[1:]
 page = open(f"{work}/page.html", encoding="utf-8").read()
 lookup = open(f"{work}/lookup.html", encoding="utf-8").read()
+lookup_global = open(f"{work}/lookup-global.html", encoding="utf-8").read()
 def check(ok, what):
     if not ok:
         sys.exit(f"status page check failed: {what}")
     print(f"ok: {what}")
 check('id="readiness">READY<' in page, "the page says READY")
-check("Kind: <b>memory</b>" in page, "the store kind is shown")
+check("Kind: <b>redis</b>" in page, "the store kind is shown")
 check(re.search(r"p50 <b>[0-9.]+ ms</b>, p99 <b>[0-9.]+ ms</b>", page) is not None, "store latency p50/p99 is shown")
 check("per-tenant" in page and "gpus" in page, "the domain's limits are listed")
 pools = page[page.find('id="pools"'):page.find('id="limits"')]
@@ -180,6 +206,13 @@ check(re.search(r"<script", page, re.I) is None and "pwned" not in page.split("<
 check("o'reilly" in lookup or "o&#39;reilly" in lookup, "the lookup echoes the quoted value")
 row = re.search(r"<tr><td>per-tenant</td>.*?</tr>", lookup)
 check(row is not None, "the lookup finds the counter")
+limits = page[page.find('id="limits"'):]
+check("300 per hour across eu, us (home eu)" in limits, "the global limit is listed in its own terms")
+grow = re.search(r"<tr><td>api-global[ <].*?</tr>", lookup_global)
+check(grow is not None, "the lookup finds the global limit")
+g = re.findall(r"<td>(.*?)</td>", grow.group(0))
+c = json.load(urllib.request.urlopen(f"{http}/counters?domain=shop&key=api&value=checkout", timeout=5))["counters"][0]
+check(g[4] == str(c["used"]) == "7", f"the global limit's use on the page ({g[4]}) is /counters' ({c['used']}), 7")
 budgets = page[page.find('id="budgets"'):page.find('id="pools"')]
 check("<svg" in budgets and "50 USD per calendar month (UTC)" in budgets,
       "the Budgets panel shows the budget in its own terms, with a chart")
