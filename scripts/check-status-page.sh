@@ -157,7 +157,7 @@ done
 [ "$admitted" = 7 ] || die "the global limit admitted $admitted of 7"
 
 browse() { # browse URL OUT.html [screenshot.png]
-  local args=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1800
+  local args=(--headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,2100
     --user-data-dir="$WORK/profile")
   timeout 60 "$CHROMIUM" "${args[@]}" --dump-dom "$1" >"$2" 2>"$WORK/chromium.log" \
     || die "chromium could not load $1: $(tail -5 "$WORK/chromium.log")"
@@ -196,6 +196,7 @@ check(pool_row("openai") == ["100", "5"], f"the shared pool's use is shown: {poo
 check(pool_row("openai/interactive") == ["50", "3"] and pool_row("openai/batch") == ["30", "2"],
       "each class's use is shown beside its guarantee")
 check(pool_row("eu/active_tenants") == ["10000", "3"], f"the active tenants are shown: {pool_row('eu/active_tenants')}")
+check(pools.count("<svg") == 2 and "3 / 50" in pools, "each pool is drawn: its use, each class's against its guarantee")
 top = page[page.find('id="top"'):page.find('id="limits"')]
 check("tenant=acme" in top, "the top limited descriptors show the seeded tenant")
 check("<code>tenant=&lt;script&gt;document.title=" in top, "a <script> value is shown as text")

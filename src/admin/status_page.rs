@@ -294,6 +294,7 @@ async fn pools_section<S: Store>(st: &AdminState<S>, config: &Config, page: &mut
          <th>limit</th><th>used</th><th>left</th><th>resets in</th></tr>",
     );
     let more = pools.len().saturating_sub(MAX_POOLS);
+    let mut charts = Vec::new();
     for sel in pools.iter().take(MAX_POOLS) {
         let store = &**st.limiter.store();
         let views = match counters::inspect(config, store, st.limiter.bounds(), sel).await {
@@ -309,10 +310,18 @@ async fn pools_section<S: Store>(st: &AdminState<S>, config: &Config, page: &mut
             }
         };
         // A pool, its classes and its active tenants; not the empty tenant the selector names.
-        for v in views
+        let shown: Vec<&CounterView> = views
             .iter()
             .filter(|v| v.shared && !v.name.ends_with("/tenant"))
-        {
+            .collect();
+        charts.push((
+            format!("{}.{}", sel.domain, sel.printable_descriptor()),
+            shown
+                .iter()
+                .map(|v| (v.name.clone(), v.used, v.limit))
+                .collect::<Vec<_>>(),
+        ));
+        for v in shown {
             let _ = write!(
                 page,
                 "<tr><td><code>{}.{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
@@ -331,7 +340,43 @@ async fn pools_section<S: Store>(st: &AdminState<S>, config: &Config, page: &mut
     if more > 0 {
         let _ = write!(page, "<p class=\"muted\">{more} more not shown.</p>");
     }
+    for (name, rows) in &charts {
+        let _ = write!(page, "<h3>{}</h3>", esc(name));
+        bars(rows, page);
+    }
     page.push_str("</section>");
+}
+
+/// One bar per row: its use against its limit (a pool, each class against its guarantee, the
+/// active tenants against the most counted).
+fn bars(rows: &[(String, u64, u64)], page: &mut String) {
+    let (label_w, bar_w, row) = (170u64, 420u64, 18u64);
+    let _ = write!(
+        page,
+        "<svg width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"use against the limit\">",
+        label_w + bar_w + 90,
+        row * rows.len() as u64 + 4
+    );
+    for (i, (name, used, limit)) in rows.iter().enumerate() {
+        let y = i as u64 * row;
+        let w = (*used).min(*limit) * bar_w / (*limit).max(1);
+        let _ = write!(
+            page,
+            "<text x=\"0\" y=\"{}\">{}</text><rect x=\"{label_w}\" y=\"{}\" width=\"{bar_w}\" \
+             height=\"{}\" fill=\"#eef0f3\"/><rect x=\"{label_w}\" y=\"{}\" width=\"{w}\" \
+             height=\"{}\" fill=\"#2e6fbd\"><title>{used} of {limit}</title></rect>\
+             <text x=\"{}\" y=\"{}\">{used} / {limit}</text>",
+            y + 12,
+            esc(name),
+            y + 2,
+            row - 4,
+            y + 2,
+            row - 4,
+            label_w + bar_w + 6,
+            y + 12
+        );
+    }
+    page.push_str("</svg>");
 }
 
 /// Calls `found` with a descriptor reaching each rule of `level` (and below) that holds a
