@@ -298,27 +298,10 @@ impl Budgets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limit::LimitParams;
 
-    fn budget(window_s: u64) -> Limit {
-        let mut l = Limit::new(
-            "b".into(),
-            crate::limit::unit::Unit::Day,
-            1000,
-            LimitParams {
-                algorithm: Algorithm::FixedWindow,
-                limit: 1000,
-                window_us: window_s * 1_000_000,
-                burst: 1000,
-                overdraft: false,
-                calendar: None,
-                max_wait_us: 0,
-                borrow_until: 0,
-                fair_floor: 0,
-                fair_cap: 0,
-                ends_at_us: 0,
-            },
-        );
+    /// A day's spend budget.
+    fn budget() -> Limit {
+        let mut l = Limit::from_override(1000, crate::limit::unit::Unit::Day, false);
         l.spend = true;
         l
     }
@@ -326,7 +309,7 @@ mod tests {
     #[test]
     fn heavy_spenders_are_held_within_the_error_bound() {
         let b = Budgets::default();
-        let l = budget(86_400);
+        let l = budget();
         let t0 = 86_400_000_000 * 10;
         // Three heavy keys among 1,000 light ones charged 1 each.
         for round in 0..10 {
@@ -356,7 +339,7 @@ mod tests {
     #[test]
     fn burn_rate_is_the_use_over_the_readings_of_the_last_hour() {
         let b = Budgets::default();
-        let l = budget(86_400);
+        let l = budget();
         let t0 = 86_400_000_000 * 10;
         b.record("d", &l, "{d|t=a}|x", 10, t0);
         let minute = 60_000_000;
