@@ -267,13 +267,14 @@ class TollgateCallback(CustomLogger):
                 status_code=503, detail=f"rate limiter unavailable: {err}"
             ) from None
         if r.id:
-            metadata = data.setdefault("metadata", {})
-            if isinstance(metadata, dict):
-                metadata[METADATA_KEY] = {
-                    "id": r.id,
-                    "domain": self.domain,
-                    "limits": [[[list(e) for e in lim.entries], lim.measure] for lim in limited],
-                }
+            metadata = data.get("metadata")
+            if not isinstance(metadata, dict):  # absent or null: the settle needs it
+                metadata = data["metadata"] = {}
+            metadata[METADATA_KEY] = {
+                "id": r.id,
+                "domain": self.domain,
+                "limits": [[[list(e) for e in lim.entries], lim.measure] for lim in limited],
+            }
         return data
 
     async def async_log_success_event(
