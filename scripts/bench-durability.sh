@@ -4,6 +4,8 @@
 # with one replica and on a 3-primary, 3-replica Redis Cluster, all on this machine.
 #
 #   scripts/bench-durability.sh [DURATION] [ROUNDS]     # default 5s per run, 3 rounds
+#   TG_OLD=/path/to/old/tollgate scripts/bench-durability.sh 5s 5
+#     adds a third setting: the setting on, run by another build (before/after in one run)
 #
 # Scenario (a) of scripts/bench.sh (1 descriptor, 10,000 keys; tollgate-bench's closed loop, 64
 # in flight over 4 connections) for decisions/s and latency under load, then its scenario (e)
@@ -75,10 +77,10 @@ roles() { # sets PRIMARIES and REPLICAS from the given ports' ROLE
   done
 }
 
-start_tollgate() { # name url wait_replicas: sets TG_PID and TG_PORT, waits for /readyz
-  local name=$1 url=$2 n=$3
+start_tollgate() { # name url wait_replicas [binary]: sets TG_PID and TG_PORT, waits for /readyz
+  local name=$1 url=$2 n=$3 bin=${4:-$TG}
   TG_PORT=$(free_port); local http; http=$(free_port)
-  $TG serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$TG_PORT" --http-addr "127.0.0.1:$http" \
+  $bin serve --config examples/bench.yaml --grpc-addr "127.0.0.1:$TG_PORT" --http-addr "127.0.0.1:$http" \
     --log warn --redis-url "$url" --redis-timeout "$REDIS_TIMEOUT" --redis-wait-replicas "$n" \
     2>"$WORK/$name.log" &
   TG_PID=$!; PIDS+=("$TG_PID")
@@ -95,16 +97,17 @@ SHOW_RUN='
 import json, sys
 r = json.loads(sys.stdin.read())
 ms = lambda k: "%.3f" % (r[k] / 1e3)
-print("  %s wait %d: %s/s  p50 %s  p99 %s  p99.9 %s ms  Redis %.1f + %.1f us/decision  "
+print("  %s wait %d%s: %s/s  p50 %s  p99 %s  p99.9 %s ms  Redis %.1f + %.1f us/decision  "
       "WAIT/decision %.3f  EVALSHA/decision %.3f  errors %d | open %s/s  p50 %s  p99 %s ms  "
       "WAIT/decision %.3f  errors %d" % (
-      r["store"], r["n"], format(round(r["dps"]), ","), ms("p50"), ms("p99"), ms("p999"),
+      r["store"], r["n"], " (old build)" if r["build"] == "old" else "", format(round(r["dps"]), ","), ms("p50"), ms("p99"), ms("p999"),
       r["primary_us"], r["replica_us"], r["wait_per_dec"], r["evalsha_per_dec"], r["errors"],
       format(round(r["open_dps"]), ","), ms("open_p50"), ms("open_p99"), r["open_wait_per_dec"],
       r["open_errors"]))'
-# measure STORE N TG_PORT ALL_PORTS...: one closed-loop and one open-loop run, appended to RESULTS
+# measure STORE N BUILD TG_PORT ALL_PORTS...: one closed-loop and one open-loop run, appended to
+# RESULTS
 measure() {
-  local store=$1 n=$2 port=$3; shift 3
+  local store=$1 n=$2 build=$3 port=$4; shift 4
   local all=("$@") rp0 rp1 rr0 rr1 closed open w_c e_c w_o e_o
   roles "${all[@]}"
   local addr="http://127.0.0.1:$port" args=(--domain bench --descriptor 'key={key}' --keys 10000)
@@ -121,14 +124,14 @@ measure() {
   open=$($BENCH --addr "$addr" "${args[@]}" --rate "$RATE" --duration "$DURATION" --warmup 0s \
     --json 2>/dev/null)
   read -r w_o e_o < <(cmd_calls "${PRIMARIES[@]}")
-  python3 - "$store" "$n" "$rp0" "$rp1" "$rr0" "$rr1" "$w_c" "$e_c" "$w_o" "$e_o" \
+  python3 - "$store" "$n" "$build" "$rp0" "$rp1" "$rr0" "$rr1" "$w_c" "$e_c" "$w_o" "$e_o" \
     "${#PRIMARIES[@]}" "${#REPLICAS[@]}" "$closed" "$open" >>"$RESULTS" <<'PY'
 import json, sys
-store, n, rp0, rp1, rr0, rr1, w_c, e_c, w_o, e_o, np_, nr, closed, opened = sys.argv[1:]
+store, n, build, rp0, rp1, rr0, rr1, w_c, e_c, w_o, e_o, np_, nr, closed, opened = sys.argv[1:]
 c, o = json.loads(closed), json.loads(opened)
 dec = c["decisions"] or 1
 print(json.dumps({
-    "store": store, "n": int(n), "primaries": int(np_), "replicas": int(nr),
+    "store": store, "n": int(n), "build": build, "primaries": int(np_), "replicas": int(nr),
     "dps": c["decisions_per_sec"], "decisions": c["decisions"],
     "p50": c["p50_us"], "p99": c["p99_us"], "p999": c["p999_us"], "max": c["max_us"],
     "errors": c["errors"], "errors_by_code": c["errors_by_code"],
@@ -145,22 +148,32 @@ PY
   tail -1 "$RESULTS" | python3 -c "$SHOW_RUN" >&2
 }
 
-# bench_store STORE URL PORTS...: ROUNDS rounds, each running N=0 and N=1 (order flipped each
-# round), on tollgates started for each setting and stopped after the store's runs.
+# bench_store STORE URL PORTS...: ROUNDS rounds, each running N=0 and N=1 (and N=1 on TG_OLD's
+# build when set; the order turns each round), on tollgates started for each setting and stopped
+# after the store's runs.
 bench_store() {
   local store=$1 url=$2; shift 2
-  local off_pid off_port on_pid on_port round order n
+  local off_pid off_port on_pid on_port old_pid=() old_port="" round settings s i
   start_tollgate "$store-off" "$url" 0; off_pid=$TG_PID; off_port=$TG_PORT
   start_tollgate "$store-on" "$url" 1; on_pid=$TG_PID; on_port=$TG_PORT
+  settings=(off on)
+  if [ -n "${TG_OLD:-}" ]; then
+    start_tollgate "$store-old" "$url" 1 "$TG_OLD"; old_pid=("$TG_PID"); old_port=$TG_PORT
+    settings+=(old)
+  fi
   for round in $(seq "$ROUNDS"); do
-    order="0 1"; [ $((round % 2)) = 0 ] && order="1 0"
-    for n in $order; do
-      echo "$store, round $round, --redis-wait-replicas $n..." >&2
-      if [ "$n" = 0 ]; then measure "$store" 0 "$off_port" "$@"; else measure "$store" 1 "$on_port" "$@"; fi
+    for i in "${!settings[@]}"; do
+      s=${settings[$(( (i + round - 1) % ${#settings[@]} ))]}
+      echo "$store, round $round, $s..." >&2
+      case $s in
+        off) measure "$store" 0 new "$off_port" "$@" ;;
+        on) measure "$store" 1 new "$on_port" "$@" ;;
+        old) measure "$store" 1 old "$old_port" "$@" ;;
+      esac
     done
   done
-  kill "$off_pid" "$on_pid"; wait "$off_pid" "$on_pid" 2>/dev/null || true
-  for s in off on; do
+  kill "$off_pid" "$on_pid" "${old_pid[@]}"; wait "$off_pid" "$on_pid" "${old_pid[@]}" 2>/dev/null || true
+  for s in "${settings[@]}"; do
     if grep -qiE 'warn|error' "$WORK/$store-$s.log"; then
       echo "tollgate ($store, $s) logged $(grep -ciE 'warn|error' "$WORK/$store-$s.log") warning/error line(s):" >&2
       sort "$WORK/$store-$s.log" | uniq -c | sort -rn | head -5 >&2
@@ -213,6 +226,11 @@ path, duration, rounds, rate, took, redis, rev = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 med = statistics.median
 names = {"replica": "primary + 1 replica", "cluster": "cluster, 3 primaries + 3 replicas"}
+for r in rows:
+    r.setdefault("build", "new")
+# Settings: (N, build); the old build's only with TG_OLD.
+SETTINGS = [(0, "new"), (1, "new"), (1, "old")]
+label = lambda n, b: ("off" if n == 0 else f"--redis-wait-replicas {n}") + (" (old build)" if b == "old" else "")
 ms = lambda us: f"{us / 1e3:.3f}"
 
 print()
@@ -222,7 +240,7 @@ print("| store | setting | decisions/s | p50 ms | p99 ms | p99.9 ms | open-loop 
       "| Redis µs/decision primaries | replicas | WAIT / decision | open-loop WAIT / decision | errors |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    print(f"| {names[r['store']]} | wait {r['n']} | {r['dps']:,.0f} | {ms(r['p50'])} | {ms(r['p99'])} | "
+    print(f"| {names[r['store']]} | {label(r['n'], r['build'])} | {r['dps']:,.0f} | {ms(r['p50'])} | {ms(r['p99'])} | "
           f"{ms(r['p999'])} | {ms(r['open_p50'])} | {ms(r['open_p99'])} | {r['primary_us']:.1f} | "
           f"{r['replica_us']:.1f} | {r['wait_per_dec']:.3f} | {r['open_wait_per_dec']:.3f} | "
           f"{r['errors']} / {r['open_errors']} |")
@@ -236,8 +254,8 @@ print("| store | setting | decisions/s | p50 ms | p99 ms | p99.9 ms | open-loop 
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 M = {}
 for store in ("replica", "cluster"):
-    for n in (0, 1):
-        rs = [r for r in rows if r["store"] == store and r["n"] == n]
+    for n, build in SETTINGS:
+        rs = [r for r in rows if r["store"] == store and r["n"] == n and r["build"] == build]
         if not rs:
             continue
         m = {k: med(r[k] for r in rs) for k in ("dps", "p50", "p99", "p999", "open_p50", "open_p99",
@@ -245,24 +263,24 @@ for store in ("replica", "cluster"):
                                                  "evalsha_per_dec", "open_wait_per_dec",
                                                  "open_evalsha_per_dec")}
         m["errors"] = sum(r["errors"] + r["open_errors"] for r in rs)
-        M[store, n] = m
-        setting = "off" if n == 0 else f"--redis-wait-replicas {n}"
+        M[store, n, build] = m
+        setting = label(n, build)
         print(f"| {names[store]} | {setting} | {m['dps']:,.0f} | {ms(m['p50'])} | {ms(m['p99'])} | "
               f"{ms(m['p999'])} | {ms(m['open_p50'])} | {ms(m['open_p99'])} | {m['primary_us']:.1f} | "
               f"{m['replica_us']:.1f} | {m['errors']} |")
 
 print()
-print("## Added by the setting (median on − median off)")
+print("## Added by the setting (median on − median off; the old build's on against this build's off)")
 print()
-print("| store | decisions/s | p50 ms | p99 ms | p99.9 ms | open-loop p50 ms | open-loop p99 ms "
+print("| store | build | decisions/s | p50 ms | p99 ms | p99.9 ms | open-loop p50 ms | open-loop p99 ms "
       "| Redis µs/decision primaries | replicas |")
-print("|---|---|---|---|---|---|---|---|---|")
-for store in ("replica", "cluster"):
-    if (store, 0) not in M or (store, 1) not in M:
+print("|---|---|---|---|---|---|---|---|---|---|")
+for store, build in [(s, b) for s in ("replica", "cluster") for b in ("new", "old")]:
+    if (store, 0, "new") not in M or (store, 1, build) not in M:
         continue
-    a, b = M[store, 0], M[store, 1]
+    a, b = M[store, 0, "new"], M[store, 1, build]
     d = lambda k: b[k] - a[k]
-    print(f"| {names[store]} | {d('dps'):+,.0f} ({d('dps') / a['dps'] * 100:+.0f}%) | {d('p50') / 1e3:+.3f} | "
+    print(f"| {names[store]} | {build} | {d('dps'):+,.0f} ({d('dps') / a['dps'] * 100:+.0f}%) | {d('p50') / 1e3:+.3f} | "
           f"{d('p99') / 1e3:+.3f} | {d('p999') / 1e3:+.3f} | {d('open_p50') / 1e3:+.3f} | "
           f"{d('open_p99') / 1e3:+.3f} | {d('primary_us'):+.1f} | {d('replica_us'):+.1f} |")
 
@@ -271,8 +289,8 @@ print("## WAIT calls per decision (INFO commandstats on the primaries; medians)"
 print()
 print("| store | setting | closed loop: EVALSHA / decision | WAIT / decision | open loop: EVALSHA / decision | WAIT / decision |")
 print("|---|---|---|---|---|---|")
-for (store, n), m in M.items():
-    print(f"| {names[store]} | wait {n} | {m['evalsha_per_dec']:.3f} | {m['wait_per_dec']:.3f} | "
+for (store, n, build), m in M.items():
+    print(f"| {names[store]} | {label(n, build)} | {m['evalsha_per_dec']:.3f} | {m['wait_per_dec']:.3f} | "
           f"{m['open_evalsha_per_dec']:.3f} | {m['open_wait_per_dec']:.3f} |")
 print()
 print(f"Took {took} s (after the build). Redis {redis}; tollgate built from {rev}.")

@@ -166,6 +166,72 @@ async fn a_decision_waits_for_its_replica_and_one_that_cannot_is_not_replicated(
     server.stop().await;
 }
 
+/// `cmdstat_<command>` calls summed over `ports`.
+fn calls(cluster: &RedisCluster, ports: &[u16], command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    ports
+        .iter()
+        .map(|&p| {
+            cluster
+                .cli(p, &["INFO", "commandstats"])
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// On a cluster, calls rarely share a hash slot, so a `WAIT` per script call was a `WAIT` per
+/// decision; one `WAIT` per connection covers every call sent on it before (group commit), so
+/// decisions in flight together share it, whatever their hash slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_wait_covers_the_calls_in_flight_to_a_node_across_hash_slots() {
+    let cluster = blocking(|| RedisCluster::start(3, 1));
+    let (store, _) = durable_store(&cluster.seed_url(), Duration::from_millis(500));
+    let server = start_ready(store, FailureMode::Error).await;
+    let masters = cluster.masters();
+    let (waits0, scripts0) = (
+        calls(&cluster, &masters, "wait"),
+        calls(&cluster, &masters, "evalsha"),
+    );
+    let callers = (0..48).map(|c| {
+        let server = &server;
+        async move {
+            let mut client = server.client().await;
+            let mut failed = Vec::new();
+            for i in 0..25 {
+                let r = try_call(&mut client, tenant_req(&format!("c{c}-{i}"))).await;
+                if !r.as_ref().is_ok_and(|r| r.overall_code == OK) {
+                    failed.push(format!("{r:?}"));
+                }
+            }
+            failed
+        }
+    });
+    let failed: Vec<String> = futures::future::join_all(callers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 1200 not decided: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    let waits = calls(&cluster, &masters, "wait") - waits0;
+    let scripts = calls(&cluster, &masters, "evalsha") - scripts0;
+    println!("1200 decisions over 48 callers: {scripts} EVALSHA, {waits} WAIT on the primaries");
+    assert!(waits >= 1, "no WAIT reached a primary");
+    assert!(
+        waits * 3 <= scripts * 2,
+        "{waits} WAITs for {scripts} script calls: calls in flight together did not share one"
+    );
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_setting_no_primary_can_meet_is_refused_at_start() {
     let (primary, _replica) = blocking(primary_with_replica);

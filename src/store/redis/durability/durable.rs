@@ -3,17 +3,18 @@
 //! replicas acknowledged every write that connection made (so the script's too).
 //!
 //! `WAIT` cannot run inside a script, and on a cluster it must reach the node that ran the
-//! script on the connection that sent it: [`evalsha_then_wait`] writes `[ASKING,] EVALSHA,
-//! WAIT` as one pipeline routed by one hash slot (fred keeps one connection per node per client
-//! and writes a pipeline's commands back to back), so a redirect retried by [`super::super::scripts::script::eval`] is followed by a
-//! `WAIT` on the node that finally ran it. Fewer acknowledgements than `N` by the deadline is
-//! [`Cause::NotReplicated`]: the charge may survive or be lost, so the failure policy answers.
+//! script on the connection that sent it. On a serving thread the calls for one node share
+//! one pipeline and one `WAIT` ([`super::commit`]); elsewhere, and while following a migrating
+//! hash slot, [`evalsha_then_wait`] writes `[ASKING,] EVALSHA, WAIT` as one pipeline routed by
+//! one hash slot (fred keeps one connection per node per client and writes a pipeline's
+//! commands back to back), so a redirect retried by [`super::super::scripts::script::eval`] is
+//! followed by a `WAIT` on the node that finally ran it. Fewer acknowledgements than `N` by the
+//! deadline is [`Cause::NotReplicated`]: the charge may survive or be lost, so the failure
+//! policy answers.
 //!
-//! A `WAIT` holds its connection in Redis: the commands behind it on that connection (other
-//! decisions' scripts, pipelined by fred) run once it returns, one replica round trip later,
-//! or at its timeout, which is never past the decision's deadline (the caller's, at most
-//! `--redis-timeout`). Calls
-//! that arrive together share one `EVALSHA` and one `WAIT` ([`super::super::scripts::coalesce`]).
+//! A `WAIT` holds its connection in Redis: the commands behind it on that connection run once
+//! it returns, one replica round trip later, or at its timeout, which is never past the
+//! decision's deadline (the caller's, at most `--redis-timeout`).
 
 use fred::clients::Pipeline;
 use fred::prelude::*;
@@ -35,7 +36,7 @@ pub struct Wait {
 
 impl Wait {
     /// `WAIT`'s timeout: the time left until `until`, at least 1 ms (0 would block forever).
-    fn timeout_ms(&self) -> i64 {
+    pub fn timeout_ms(&self) -> i64 {
         let left = self.until.saturating_duration_since(Instant::now());
         left.as_millis().clamp(1, i64::MAX as u128) as i64
     }
@@ -48,7 +49,8 @@ impl Wait {
         }
     }
 
-    /// A `WAIT` of `acked` replicas: fine, or the call's failure.
+    /// A `WAIT` of `acked` replicas (-1: not known whether it counted the call's writes): fine,
+    /// or the call's failure.
     pub fn check(
         &self,
         acked: i64,
@@ -64,7 +66,7 @@ impl Wait {
         Err(StoreError::new(
             place,
             Cause::NotReplicated {
-                acked: Some(acked.max(0) as u32),
+                acked: u32::try_from(acked).ok(),
                 wanted: self.replicas,
             },
         ))
@@ -80,20 +82,18 @@ pub fn until(call_until: Instant) -> Instant {
     now + call_until.saturating_duration_since(now) * 4 / 5
 }
 
-/// `[ASKING,] EVALSHA sha keys args` then `WAIT`, as one pipeline: routed by `hash_slot` as a
-/// plain `EVALSHA` is, or, when `asking`, to the node importing the slot. The script's reply,
-/// and how many replicas acknowledged.
-#[allow(clippy::too_many_arguments)]
+/// `[ASKING,] EVALSHA sha keys args` then `WAIT`, as one pipeline (`call`: the options,
+/// `asking`, `hash_slot`, `sha`): routed by `hash_slot` as a plain `EVALSHA` is, or, when
+/// `asking`, to the node importing the slot. The script's reply, and how many replicas
+/// acknowledged.
 pub async fn evalsha_then_wait(
     client: &Client,
-    options: &Options,
-    asking: Option<&Server>,
-    hash_slot: u16,
-    sha: &str,
+    call: (&Options, Option<&Server>, u16, &str),
     keys: Vec<Key>,
     args: Vec<Value>,
     wait: &Wait,
 ) -> Result<(Value, i64), Error> {
+    let (options, asking, hash_slot, sha) = call;
     // A node named outright (`cluster_node`) that fred has no connection to sends fred's router
     // reconnecting in a loop (seen while a cut-off primary failed over): only the importing
     // node, which just answered ASK, is named.

@@ -15,6 +15,7 @@ use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
 use super::super::connection::migration::{self, Migrations};
+use super::super::durability::commit;
 use super::super::durability::durable::{self, Wait};
 use super::super::error::{classify, SOMEWHERE};
 use crate::algorithm::concurrency::{Held, SlotId, Slots};
@@ -136,31 +137,8 @@ pub async fn eval<R: FromValue>(
             }
             (asking, Some(wait)) => {
                 let asking = asking.as_ref().map(|(_, node)| node);
-                let sent = durable::evalsha_then_wait(
-                    client,
-                    options,
-                    asking,
-                    hash_slot,
-                    &script.sha,
-                    keys,
-                    args,
-                    wait,
-                )
-                .await;
-                match sent {
-                    Ok((reply, acked)) => {
-                        // Ran, and maybe lost: the failure policy answers. The node is
-                        // looked up only then, for the message.
-                        wait.check(acked, || {
-                            asking
-                                .cloned()
-                                .or_else(|| durable::owner(client, hash_slot))
-                        })
-                        .map_err(EvalError::Failed)?;
-                        reply.convert()
-                    }
-                    Err(e) => Err(e),
-                }
+                let sent = (client, options, script.sha.as_str(), hash_slot);
+                attempt_waiting(sent, asking, keys, args, wait).await?
             }
         };
         match res {
@@ -215,6 +193,41 @@ pub async fn eval<R: FromValue>(
                 });
             }
         }
+    }
+}
+
+/// One attempt of a call that waits for replicas (`sent`: the client, its options, the script's
+/// SHA, the hash slot): in this thread's next pipeline to the node with one `WAIT` behind every
+/// call in it ([`commit`]), or, off a serving thread or while asking, `EVALSHA` then its own
+/// `WAIT`. The script's reply; a short count is the outer error (the script ran: the failure
+/// policy answers, nothing is retried).
+async fn attempt_waiting<R: FromValue>(
+    sent: (&Client, &Options, &str, u16),
+    asking: Option<&Server>,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    wait: &Wait,
+) -> Result<Result<R, Error>, EvalError> {
+    let (client, options, sha, hash_slot) = sent;
+    let reply = if asking.is_none() && super::coalesce::here() {
+        commit::evalsha_covered(client, hash_slot, sha, keys, args, wait).await
+    } else {
+        let call = (options, asking, hash_slot, sha);
+        durable::evalsha_then_wait(client, call, keys, args, wait).await
+    };
+    match reply {
+        Ok((reply, acked)) => {
+            // Ran, and maybe lost: the failure policy answers. The node is looked up only
+            // then, for the message.
+            wait.check(acked, || {
+                asking
+                    .cloned()
+                    .or_else(|| durable::owner(client, hash_slot))
+            })
+            .map_err(EvalError::Failed)?;
+            Ok(reply.convert())
+        }
+        Err(e) => Ok(Err(e)),
     }
 }
 
