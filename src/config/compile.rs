@@ -3,7 +3,7 @@
 //! Errors ([`super::error`]) name the file and, for rules, the composite key
 //! (`domain.key_value.key2`) that locates the rule.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use super::raw::{
@@ -19,7 +19,7 @@ use crate::config::pool::{
     RawFairShare, RawShares, DEFAULT_ABOVE, DEFAULT_BORROW_UNTIL, DEFAULT_MAX_TENANTS,
 };
 use crate::config::usage::UsageDomains;
-use crate::limit::money::Prices;
+use crate::limit::money::{Prices, Table};
 use crate::limit::unit::Unit;
 use crate::limit::{default_key_suffix, Algorithm, Limit, LimitParams};
 use crate::limit::{Class, FairShare, Shares, ACTIVE_MARK, CLASS_MARK, TENANT_MARK};
@@ -111,13 +111,13 @@ pub(super) fn compile_raw(
 
 /// `prices:` as the plan reads it.
 fn compile_prices(raw: RawPrices) -> Result<Prices, PricesError> {
-    let kinds = |t: BTreeMap<String, Amount>| -> HashMap<String, u64> {
+    let kinds = |t: BTreeMap<String, Amount>| -> Table<u64> {
         t.into_iter().map(|(k, a)| (k, a.0)).collect()
     };
     if raw.per_million_tokens.is_empty() && raw.default.is_none() {
         return Err(PricesError::NoModels);
     }
-    let models: HashMap<String, HashMap<String, u64>> = raw
+    let models: Table<Table<u64>> = raw
         .per_million_tokens
         .into_iter()
         .map(|(m, t)| (m, kinds(t)))
@@ -126,7 +126,7 @@ fn compile_prices(raw: RawPrices) -> Result<Prices, PricesError> {
     if let Some((model, _)) = models.iter().find(|(_, t)| t.is_empty()) {
         return Err(PricesError::ModelWithoutPrice(model.clone()));
     }
-    if default.as_ref().is_some_and(HashMap::is_empty) {
+    if default.as_ref().is_some_and(|t| t.is_empty()) {
         return Err(PricesError::DefaultWithoutPrice);
     }
     let name = |k: Option<String>, d: &str| k.filter(|k| !k.is_empty()).unwrap_or(d.into());

@@ -57,9 +57,18 @@ pub fn format_micros(micros: u64) -> String {
 
 /// What `tokens` cost at `per_million` micro-units a million: rounded up to a micro-unit.
 pub fn cost(tokens: u64, per_million: u64) -> u64 {
+    // In 64 bits when it fits (every real call): a 128-bit division is a library call.
+    if let Some(exact) = tokens.checked_mul(per_million) {
+        return exact.div_ceil(MICROS);
+    }
     let exact = u128::from(tokens) * u128::from(per_million);
     u64::try_from(exact.div_ceil(u128::from(MICROS))).unwrap_or(u64::MAX)
 }
+
+/// A price table by name. Looked up on every spend charge with a model and a kind a request
+/// names, so hashed with foldhash rather than SipHash: the names in it come from the config,
+/// and a request can only look up, never add, so there is nothing to flood.
+pub type Table<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 /// A domain's price table (`prices:`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,9 +80,9 @@ pub struct Prices {
     /// The descriptor entry whose value names the token kind.
     pub kind_key: String,
     /// Per model, per kind: micro-units a million tokens.
-    pub models: HashMap<String, HashMap<String, u64>>,
+    pub models: Table<Table<u64>>,
     /// The prices of a model the table does not name; `None`: such a request is refused.
-    pub default: Option<HashMap<String, u64>>,
+    pub default: Option<Table<u64>>,
 }
 
 /// Why a count could not be priced.
@@ -149,21 +158,33 @@ mod tests {
     }
 
     #[test]
+    fn a_cost_past_64_bits_is_exact_and_clamped() {
+        assert_eq!(cost(1, 1), 1);
+        assert_eq!(cost(1_000_000, 2_500_000), 2_500_000);
+        assert_eq!(cost(3, 333_333), 1);
+        // tokens × price past u64: the 128-bit path, then clamped.
+        assert_eq!(cost(u64::MAX, 2_000_000), u64::MAX);
+        assert_eq!(cost(1 << 40, 1 << 30), 1_180_591_620_717_412);
+    }
+
+    #[test]
     fn a_price_is_found_by_model_and_kind() {
         let table = |pairs: &[(&str, u64)]| {
             pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), *v))
-                .collect::<HashMap<_, _>>()
+                .collect::<Table<_>>()
         };
         let mut prices = Prices {
             currency: "USD".into(),
             model_key: "model".into(),
             kind_key: "kind".into(),
-            models: HashMap::from([(
+            models: [(
                 "mini".to_string(),
                 table(&[("input", 150_000), ("output", 600_000)]),
-            )]),
+            )]
+            .into_iter()
+            .collect(),
             default: None,
         };
         assert_eq!(prices.per_million(Some("mini"), Some("input")), Ok(150_000));
