@@ -71,6 +71,7 @@ async fn until_answered(
     bound: Duration,
 ) -> Duration {
     let started = Instant::now();
+    let mut printed: Option<String> = None;
     loop {
         let r = try_call(client, tenant_req(tenant)).await;
         let done = match &r {
@@ -79,6 +80,14 @@ async fn until_answered(
         };
         if done {
             return started.elapsed();
+        }
+        let said = match &r {
+            Ok(r) => format!("{:?}", r.overall_code),
+            Err(status) => status.message().to_string(),
+        };
+        if printed.as_deref() != Some(said.as_str()) {
+            println!("{tenant}: at {}: {said}", ms(started.elapsed()));
+            printed = Some(said);
         }
         assert!(
             started.elapsed() < bound,
@@ -101,10 +110,18 @@ async fn a_decision_waits_for_its_replica_and_one_that_cannot_is_not_replicated(
     let server = start_ready(store, FailureMode::Error).await;
     let mut client = server.client().await;
 
+    // The store's first decision: what it answered until then is printed, not asserted (a
+    // store just started may still be connecting its serving threads' clients); every one
+    // after it must be decided.
+    let first = until_answered(&mut client, "first", true, Duration::from_secs(5)).await;
+    println!("first decision after {}", ms(first));
     let before = blocking(|| wait_calls(&primary));
     for i in 0..20 {
         let r = try_call(&mut client, tenant_req(&format!("t{i}"))).await;
-        assert!(r.is_ok_and(|r| r.overall_code == OK), "call {i}");
+        assert!(
+            r.as_ref().is_ok_and(|r| r.overall_code == OK),
+            "call {i}: {r:?}"
+        );
     }
     let waits = blocking(|| wait_calls(&primary)) - before;
     assert!(waits >= 1, "no WAIT reached the primary");
