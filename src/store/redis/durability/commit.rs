@@ -25,11 +25,12 @@ use std::cell::RefCell;
 use fred::clients::Pipeline;
 use fred::prelude::*;
 use fred::types::cluster::ClusterRouting;
+use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand};
+use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 
 use super::durable::Wait;
-use crate::store::redis::connection::client::call_options;
 use crate::store::redis::connection::migration::evalsha_args;
 
 /// A script's reply, and how many replicas acknowledged it (-1: not known whether the `WAIT`
@@ -47,8 +48,8 @@ struct Call {
     reply: oneshot::Sender<Covered>,
 }
 
-/// One client's calls to one node on this thread.
-struct Group {
+/// One client's calls to one node on this thread: a group of [`Call`]s.
+struct NodeCalls {
     client: Client,
     node: Option<Server>,
     /// A pipeline is in flight (its task sends the next one for the calls that came since).
@@ -57,13 +58,21 @@ struct Group {
 }
 
 thread_local! {
-    static GROUPS: RefCell<Vec<Group>> = const { RefCell::new(Vec::new()) };
+    static GROUPS: RefCell<Vec<NodeCalls>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether this thread's calls stay on it: on a current-thread runtime (a serving thread), a
+/// task resumes on the thread whose thread-local state it joined (a batch of
+/// [`super::super::scripts::coalesce`], a group here); on a work-stealing runtime it could
+/// resume elsewhere while calls still join that state here.
+pub fn thread_bound() -> bool {
+    Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread)
 }
 
 /// `EVALSHA sha keys args` in this thread's next pipeline to the node holding `hash_slot`, with
 /// a `WAIT` behind it: the script's reply and how many replicas acknowledged.
 pub async fn evalsha_covered(
-    client: &Client,
+    (client, options): (&Client, &Options),
     hash_slot: u16,
     sha: &str,
     keys: Vec<Key>,
@@ -89,7 +98,7 @@ pub async fn evalsha_covered(
         {
             Some(i) => i,
             None => {
-                groups.push(Group {
+                groups.push(NodeCalls {
                     client: client.clone(),
                     node: node.clone(),
                     flushing: false,
@@ -105,7 +114,7 @@ pub async fn evalsha_covered(
     if start {
         // Spawned on this (current-thread) runtime: it runs once the tasks ready now have run,
         // so the calls that came together leave together.
-        tokio::spawn(flush(client.clone(), node));
+        tokio::spawn(flush(client.clone(), options.clone(), node));
     }
     heard.await.unwrap_or_else(|_| {
         Err(Error::new(
@@ -116,7 +125,7 @@ pub async fn evalsha_covered(
 }
 
 /// Sends one group's pipelines until no call is left waiting.
-async fn flush(client: Client, node: Option<Server>) {
+async fn flush(client: Client, options: Options, node: Option<Server>) {
     loop {
         let taken = GROUPS.with_borrow_mut(|groups| {
             let i = groups
@@ -131,12 +140,12 @@ async fn flush(client: Client, node: Option<Server>) {
         let Some(calls) = taken else {
             return;
         };
-        send(&client, node.as_ref(), calls).await;
+        send((&client, &options), node.as_ref(), calls).await;
     }
 }
 
 /// One pipeline: every call's `EVALSHA`, then one `WAIT`; each call hears its own reply.
-async fn send(client: &Client, node: Option<&Server>, mut calls: Vec<Call>) {
+async fn send((client, options): (&Client, &Options), node: Option<&Server>, mut calls: Vec<Call>) {
     let wait = calls
         .iter()
         .fold(None, |w, c| Wait::later(w, Some(c.wait)))
@@ -148,7 +157,7 @@ async fn send(client: &Client, node: Option<&Server>, mut calls: Vec<Call>) {
         .map(|c| owner(routing.as_ref(), c.hash_slot).as_ref() == node)
         .collect();
     let connection = connection_id(client, node);
-    let pipeline = Pipeline::from(client.with_options(&call_options()));
+    let pipeline = Pipeline::from(client.with_options(options));
     let mut replies = Vec::with_capacity(calls.len());
     for call in &mut calls {
         let evalsha =
@@ -171,17 +180,20 @@ async fn send(client: &Client, node: Option<&Server>, mut calls: Vec<Call>) {
         Value::Integer(i64::from(wanted)),
         Value::Integer(wait.timeout_ms()),
     ];
-    let queued = pipeline.custom::<(), Value>(wait_cmd, wait_args).await;
-    let mut answers = if queued.is_ok() && replies.iter().all(Result::is_ok) {
-        pipeline.try_all::<Value>().await
-    } else {
-        Vec::new()
+    replies.push(pipeline.custom::<(), Value>(wait_cmd, wait_args).await);
+    let mut answers = match replies.into_iter().find_map(Result::err) {
+        None => pipeline.try_all::<Value>().await,
+        Some(e) => vec![Err(e)],
     };
     if answers.len() != calls.len() + 1 {
-        let e = Error::new(
-            ErrorKind::Unknown,
-            "unexpected pipeline reply (EVALSHA then WAIT)",
-        );
+        // The pipeline failed as a whole (its one error says why: the connection, fail-fast).
+        let e = match answers.pop() {
+            Some(Err(e)) if answers.is_empty() => e,
+            _ => Error::new(
+                ErrorKind::Unknown,
+                "unexpected pipeline reply (EVALSHA then WAIT)",
+            ),
+        };
         for call in calls {
             let _ = call.reply.send(Err(e.clone()));
         }

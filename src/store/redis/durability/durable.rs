@@ -118,10 +118,14 @@ pub async fn evalsha_then_wait(
     pipeline.custom::<(), Value>(wait_cmd, wait_args).await?;
     let mut replies = pipeline.try_all::<Value>().await;
     if replies.len() != 2 + usize::from(asking.is_some()) {
-        return Err(Error::new(
-            ErrorKind::Unknown,
-            "unexpected pipeline reply (EVALSHA then WAIT)",
-        ));
+        // The pipeline failed as a whole (its one error says why: the connection, fail-fast).
+        return Err(match replies.pop() {
+            Some(Err(e)) if replies.is_empty() => e,
+            _ => Error::new(
+                ErrorKind::Unknown,
+                "unexpected pipeline reply (EVALSHA then WAIT)",
+            ),
+        });
     }
     let acked = replies.pop().expect("WAIT's reply");
     let script = replies.pop().expect("EVALSHA's reply")?;

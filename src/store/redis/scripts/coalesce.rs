@@ -23,11 +23,11 @@ use fred::types::config::Options;
 use fred::util::redis_keyslot;
 use futures::future::join_all;
 use parking_lot::Mutex;
-use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::super::connection::client::call_options;
+use super::super::durability::commit::thread_bound;
 use super::super::durability::durable::Wait;
 use super::super::error::SOMEWHERE;
 use super::super::inner::Inner;
@@ -62,13 +62,6 @@ pub type Batch = Arc<Mutex<Vec<Queued>>>;
 thread_local! {
     /// This thread's open batches: per store id and hash slot.
     static OPEN: RefCell<Vec<(u64, u16, Batch)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Whether calls on this thread are batched: only on a current-thread runtime, where the call
-/// that opened a batch resumes, and takes it, on the thread whose open batches list it (on a
-/// work-stealing runtime it could resume elsewhere while calls still join it here).
-pub fn here() -> bool {
-    Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::CurrentThread)
 }
 
 /// Adds a call to this thread's open batch for `store` and `hash_slot`. Returns where its reply
@@ -165,7 +158,7 @@ impl Inner {
         wait: Option<Wait>,
         request: impl Fn() -> (Vec<Key>, Value),
     ) -> Result<Vec<i64>, StoreError> {
-        if !here() {
+        if !thread_bound() {
             let (client, options) = (self.clients.for_call(), call_options());
             // Boxed: this rare path would otherwise size every call's future.
             let call = eval(

@@ -209,8 +209,8 @@ async fn attempt_waiting<R: FromValue>(
     wait: &Wait,
 ) -> Result<Result<R, Error>, EvalError> {
     let (client, options, sha, hash_slot) = sent;
-    let reply = if asking.is_none() && super::coalesce::here() {
-        commit::evalsha_covered(client, hash_slot, sha, keys, args, wait).await
+    let reply = if asking.is_none() && commit::thread_bound() {
+        commit::evalsha_covered((client, options), hash_slot, sha, keys, args, wait).await
     } else {
         let call = (options, asking, hash_slot, sha);
         durable::evalsha_then_wait(client, call, keys, args, wait).await
@@ -228,43 +228,6 @@ async fn attempt_waiting<R: FromValue>(
             Ok(reply.convert())
         }
         Err(e) => Ok(Err(e)),
-    }
-}
-
-/// `EVALSHA` on a replica of the keys' primary (fred's replica routing, with `READONLY`),
-/// loading the script on every replica on NOSCRIPT (Redis does not replicate the script cache).
-/// Any other failure is the caller's to handle (it asks the primaries).
-pub async fn eval_replica(
-    client: &Client,
-    options: &Options,
-    script: &Script,
-    keys: Vec<Key>,
-    args: Vec<Value>,
-) -> Result<Value, StoreError> {
-    let replicas = client.with_options(options).replicas();
-    let first: Result<Value, Error> = replicas
-        .evalsha(&script.sha, keys.clone(), args.clone())
-        .await;
-    match first {
-        Err(e) if e.details().starts_with("NOSCRIPT") => {
-            for primary in client.replicas().nodes().into_values() {
-                // Round-robin over the primary's replicas: one load per replica of it.
-                let to = Options {
-                    cluster_node: Some(primary),
-                    ..options.clone()
-                };
-                let _: Result<Value, Error> = client
-                    .with_options(&to)
-                    .replicas()
-                    .script_load(script.lua)
-                    .await;
-            }
-            replicas
-                .evalsha(&script.sha, keys, args)
-                .await
-                .map_err(|e| classify(&e, None, SOMEWHERE))
-        }
-        other => other.map_err(|e| classify(&e, None, SOMEWHERE)),
     }
 }
 
