@@ -89,6 +89,14 @@ if op == 'burn' then
   return give
 end
 
+-- A region: what its lease counter (KEYS[1]) holds, spent and given back (0: none).
+if op == 'count' then
+  local raw = redis.call('GET', KEYS[1])
+  if not raw then return 0 end
+  local count = struct.unpack('<dd', raw)
+  return math.floor(count)
+end
+
 -- The units a region gave back of window ARGV[2] (ARGV[3]), recorded beside its grants.
 if op == 'gave' then
   return redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[2], ARGV[3])
@@ -146,6 +154,15 @@ if op == 'safe' then
     string.format('%.0f %.0f %.0f', tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])))
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
   return set
+end
+
+-- A region: home counted ARGV[3] units of window ARGV[2] spent past the region's grants (a
+-- settle's excess, in all so far): they become the region's, beside its grants.
+if op == 'owe' then
+  local field = 'x:' .. ARGV[2]
+  local cur = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+  if tonumber(ARGV[3]) > cur then redis.call('HSET', KEYS[1], field, ARGV[3]) end
+  return 1
 end
 
 -- A region: every instance reads the pool (and the time) each period.

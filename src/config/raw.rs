@@ -422,7 +422,6 @@ pub(super) fn check_fields(rl: &RawLimit) -> Result<(), LimitError> {
                 !rl.shared,
                 "shared: false (a global limit is one counter: shared: true)",
             ),
-            (rl.calendar.is_some(), "calendar"),
             (rl.lease.is_some(), "lease"),
             (rl.overdraft, "overdraft"),
             (rl.shares.is_some(), "shares"),

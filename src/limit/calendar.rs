@@ -239,6 +239,88 @@ impl Calendar {
     }
 }
 
+/// Periods are numbered from the one holding 1900-01-01 (a global limit's authority windows,
+/// docs/multi-region.md): consecutive periods have consecutive numbers, whatever their length.
+const BASE_YEAR: i16 = 1900;
+
+impl Calendar {
+    /// The number of the period holding `now_us` (see [`BASE_YEAR`]).
+    pub fn index(&self, now_us: u64) -> u64 {
+        let first = self.period_of(now_us);
+        let months = |d: Date| (i64::from(d.year() - BASE_YEAR)) * 12 + i64::from(d.month() - 1);
+        let n = match self.period {
+            Period::Day => days_since_base(first),
+            Period::Week => days_since_base(first).div_euclid(7),
+            Period::Month => months(first),
+            Period::Quarter => months(first).div_euclid(3),
+            Period::Year => i64::from(first.year() - BASE_YEAR),
+        };
+        n.max(0) as u64
+    }
+
+    /// When the period numbered `index` starts (µs): `index(start_of(i)) == i`.
+    pub fn start_of(&self, index: u64) -> u64 {
+        let i = index.min(400_000) as i64;
+        let base = Date::new(BASE_YEAR, 1, 1).unwrap_or_default();
+        let month =
+            |m: i64| Date::new(BASE_YEAR + (m / 12) as i16, (m % 12 + 1) as i8, 1).unwrap_or(base);
+        let first = match self.period {
+            Period::Day => base.checked_add(i.days()).unwrap_or(base),
+            // Any day of the week numbered i finds its first day: the 7th of its seven.
+            Period::Week => {
+                let last = base.checked_add((7 * i + 6).days()).unwrap_or(base);
+                let first = self.first_day(last);
+                if days_since_base(first).div_euclid(7) == i {
+                    first
+                } else {
+                    first.checked_add(1.week()).unwrap_or(first)
+                }
+            }
+            Period::Month => month(i),
+            Period::Quarter => month(3 * i),
+            Period::Year => month(12 * i),
+        };
+        self.start_us(first)
+    }
+
+    /// Parses [`Calendar::key_part`] back (`month@America/New_York`, `week1@UTC`).
+    pub fn from_key_part(s: &str) -> Option<Calendar> {
+        let (period, zone_name) = s.split_once('@')?;
+        let (period, week_starts) = match period.strip_prefix("week") {
+            Some(n) => (
+                Period::Week,
+                Weekday::from_monday_one_offset(n.parse().ok()?).ok()?,
+            ),
+            None => (Period::parse(period)?, Weekday::Monday),
+        };
+        Some(Calendar {
+            period,
+            zone: zone(zone_name)?,
+            week_starts,
+        })
+    }
+}
+
+/// Days from 1900-01-01 to `d` (weeks, numbered by their first day, keep a fixed phase).
+fn days_since_base(d: Date) -> i64 {
+    let base = Date::new(BASE_YEAR, 1, 1).unwrap_or_default();
+    d.since(base).map_or(0, |s| i64::from(s.get_days()))
+}
+
+impl serde::Serialize for Calendar {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.key_part())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Calendar {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Calendar, D::Error> {
+        let s = String::deserialize(d)?;
+        Calendar::from_key_part(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("not a calendar: {s}")))
+    }
+}
+
 /// The end of the period holding `now` among the two `choices` gave: what the Redis script
 /// computes (`fixed_fresh`), written in Rust for the tests that hold the two to each other.
 pub fn pick(choices: (u64, u64), now: u64) -> Option<u64> {
@@ -265,6 +347,44 @@ mod tests {
             period,
             zone: zone(zone_name).expect("zone"),
             week_starts: Weekday::Monday,
+        }
+    }
+
+    #[test]
+    fn periods_are_numbered_consecutively_and_found_again() {
+        let zones = [
+            "UTC",
+            "America/New_York",
+            "Europe/Berlin",
+            "Pacific/Kiritimati",
+        ];
+        for period in [
+            Period::Day,
+            Period::Week,
+            Period::Month,
+            Period::Quarter,
+            Period::Year,
+        ] {
+            for z in zones {
+                let mut c = cal(period, z);
+                if period == Period::Week {
+                    c.week_starts = Weekday::Sunday;
+                }
+                let mut t = at("2027-03-20T12:00:00Z");
+                let first = c.index(t);
+                for n in 0..30u64 {
+                    let (start, end) = c.period(t);
+                    assert_eq!(c.index(t), first + n, "{period:?} {z}");
+                    assert_eq!(c.start_of(first + n), start, "{period:?} {z} {n}");
+                    assert_eq!(c.start_of(first + n + 1), end, "{period:?} {z} {n}");
+                    assert_eq!(c.index(end - 1), first + n);
+                    t = end;
+                }
+                let back = Calendar::from_key_part(&c.key_part()).expect("parses");
+                assert_eq!(back, c);
+                let json = serde_json::to_string(&c).expect("json");
+                assert_eq!(serde_json::from_str::<Calendar>(&json).expect("back"), c);
+            }
         }
     }
 

@@ -171,6 +171,8 @@ impl GlobalHeld {
             Some(h) => LimitParams {
                 limit: h.units,
                 burst: h.units,
+                // A lease counter ends with its lease, not with a calendar period.
+                calendar: None,
                 ..*p
             },
             None => *p,

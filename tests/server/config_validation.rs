@@ -77,13 +77,13 @@ descriptors:
         line: Some(3),
     },
     Bad {
-        name: "a global limit on a calendar window",
+        name: "a global limit with instance leases",
         yaml: "domain: d
 descriptors:
   - key: k
-    rate_limit: {calendar: month, requests_per_unit: 10, shared: true, global: {home: eu, regions: [eu, us]}}
+    rate_limit: {unit: minute, requests_per_unit: 10, shared: true, lease: 5, global: {home: eu, regions: [eu, us]}}
 ",
-        want: "global cannot be combined with calendar",
+        want: "global cannot be combined with lease",
         line: Some(3),
     },
     Bad {

@@ -13,6 +13,7 @@ mod envoyproxy_stats;
 mod fallback;
 mod flood_bounds;
 mod floods;
+mod global_budgets;
 mod global_regions;
 mod grpc;
 mod imports;

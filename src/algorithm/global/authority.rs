@@ -19,6 +19,10 @@ struct Seen {
     /// What it last reported holding, `(window, units)` ([`Ask::held`]).
     #[serde(default)]
     held: [(u64, u64); 2],
+    /// What it last reported spending past its grants, `(window, units)` ([`Ask::excess`]):
+    /// only an increase is counted again.
+    #[serde(default)]
+    excess: [(u64, u64); 2],
 }
 
 /// The home region's authority for one global limit (its state is the authority key).
@@ -121,10 +125,7 @@ impl Authority {
     }
 
     fn window_of(&self, now: u64) -> u64 {
-        match self.settings.kind {
-            Kind::Window { window_us, .. } => now / window_us,
-            Kind::Bucket { .. } => 0,
-        }
+        self.settings.window_of(now)
     }
 
     /// Units issued in the current window (a bucket: tokens held back from the bucket).
@@ -191,6 +192,28 @@ impl Authority {
         }
     }
 
+    /// A region spent past its grants (a settle's excess) in its latest windows, in all so far
+    /// per window: what is new since its last report counts as issued in the current window
+    /// (the window it was spent in, or a debt on the one after it).
+    fn count_excess(&mut self, region: usize, excess: [(u64, u64); 2]) {
+        let mut new = 0u64;
+        let seen = self.regions[region].excess;
+        for (w, units) in excess.into_iter().filter(|&(_, u)| u > 0) {
+            let before = seen.iter().find(|&&(sw, _)| sw == w).map_or(0, |&(_, u)| u);
+            // A window older than both it reported before was counted then, or is gone.
+            if seen.iter().all(|&(sw, su)| su == 0 || w >= sw) || before > 0 {
+                new = new.saturating_add(units.saturating_sub(before));
+            }
+        }
+        self.regions[region].excess = excess;
+        if new > 0 {
+            match self.settings.kind {
+                Kind::Window { .. } => self.issued = self.issued.saturating_add(new),
+                Kind::Bucket { .. } => self.tokens -= new as f64,
+            }
+        }
+    }
+
     /// Answers one ask at `now` (the authority's clock).
     pub fn grant(&mut self, ask: &Ask, now: u64) -> Grant {
         self.advance(now);
@@ -210,6 +233,7 @@ impl Authority {
             }
         }
         self.regions[ask.region].held = ask.held;
+        self.count_excess(ask.region, ask.excess);
         if let Kind::Window { .. } = self.settings.kind {
             // Every unit a region holds was issued: a new authority (home's state lost) learns
             // them from the asks during its caution, and grants no window twice to them.
@@ -226,11 +250,10 @@ impl Authority {
             self.issued_next = self.issued_next.max(next_held);
         }
         let next = ask.next && matches!(self.settings.kind, Kind::Window { .. });
+        let end = |w: u64| self.settings.window_start(w + 1).saturating_sub(now);
         let (starts_in_us, lifetime_us) = match self.settings.kind {
-            Kind::Window { window_us, .. } if next => {
-                ((w + 1) * window_us - now, (w + 2) * window_us - now)
-            }
-            Kind::Window { window_us, .. } => (0, (w + 1) * window_us - now),
+            Kind::Window { .. } if next => (end(w), end(w + 1)),
+            Kind::Window { .. } => (0, end(w)),
             Kind::Bucket { .. } => (0, self.settings.lifetime_us),
         };
         let left = self.left(next);

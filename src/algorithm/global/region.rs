@@ -183,13 +183,15 @@ impl Region {
             }
             c.lapses_at > now && c.units > 0
         });
-        if let Kind::Window { window_us, .. } = self.settings.kind {
+        if let Kind::Window { .. } = self.settings.kind {
             while let Some(end) = self.window_end.filter(|&end| end <= now) {
-                // The window this region knew ended: the next one, on the same grid.
-                self.window_end = Some(end + window_us);
+                // The window this region knew ended: the next one, on the same grid (a
+                // calendar's next period as long as it is).
                 self.window_index += 1;
-                self.window_slack += window_us / DRIFT;
-                self.window_drift += window_us / DRIFT;
+                let len = self.settings.window_len(self.window_index);
+                self.window_end = Some(end + len);
+                self.window_slack += len / DRIFT;
+                self.window_drift += len / DRIFT;
                 self.next_asked = false;
             }
         }
@@ -296,20 +298,20 @@ impl Region {
         if units == 0 || !self.cut_off(now) {
             return None;
         }
-        let Kind::Window { window_us, .. } = self.settings.kind else {
+        let Kind::Window { .. } = self.settings.kind else {
             return None;
         };
         let window = self.safe_window_at(now)?;
-        let (begun, end) = self.safe_span(window_us)?;
+        let (begun, end) = self.safe_span()?;
         Some((window, units, begun, end))
     }
 
     /// When this region is sure the authority's current window (as it knows it) has begun
     /// and not yet ended: its known end, early by up to the slack and late by up to the drift.
-    fn safe_span(&self, window_us: u64) -> Option<(u64, u64)> {
+    fn safe_span(&self) -> Option<(u64, u64)> {
         let end = self.window_end?;
         let slack = self.window_slack.max(self.rtt_us as u64);
-        let begun = end.saturating_sub(window_us) + slack;
+        let begun = end.saturating_sub(self.settings.window_len(self.window_index)) + slack;
         Some((begun, end.saturating_sub(self.window_drift)))
     }
 
@@ -318,8 +320,8 @@ impl Region {
     /// round trip, plus a round trip) and before its known end; a bucket's local period.
     fn safe_window_at(&self, now: u64) -> Option<u64> {
         match self.settings.kind {
-            Kind::Window { window_us, .. } => {
-                let (begun, end) = self.safe_span(window_us)?;
+            Kind::Window { .. } => {
+                let (begun, end) = self.safe_span()?;
                 (now >= begun && now < end).then_some(self.window_index)
             }
             Kind::Bucket { rate, burst } => {
@@ -382,6 +384,7 @@ impl Region {
             next,
             last_answer: self.last_answer,
             held: self.granted,
+            excess: [(0, 0); 2],
         };
         self.given_back = 0;
         Some(ask)

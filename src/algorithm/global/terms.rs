@@ -1,11 +1,20 @@
 //! What a global limit is and how it is run, and what a region and the authority say to each
 //! other: an [`Ask`] each period, a [`Grant`] back.
 
+use crate::limit::calendar::Calendar;
+
 /// What kind of limit is global.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Kind {
-    /// `limit` units per window of `window_us`, windows aligned on the authority's clock.
-    Window { limit: u64, window_us: u64 },
+    /// `limit` units per window of `window_us`, windows aligned on the authority's clock; or,
+    /// with `calendar`, per calendar period in its time zone (a tenant's monthly budget),
+    /// periods numbered from 1900 ([`Calendar::index`]) and `window_us` nominal.
+    Window {
+        limit: u64,
+        window_us: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        calendar: Option<Calendar>,
+    },
     /// A token bucket: `rate` tokens per second, at most `burst` held. A grant of tokens lapses
     /// after [`GlobalLimit::lifetime_us`].
     Bucket { rate: f64, burst: u64 },
@@ -37,6 +46,35 @@ pub struct GlobalLimit {
 }
 
 impl GlobalLimit {
+    /// The authority's window holding `now` (its clock, µs since the epoch); a bucket's is 0.
+    pub fn window_of(&self, now: u64) -> u64 {
+        match self.kind {
+            Kind::Window {
+                calendar: Some(c), ..
+            } => c.index(now),
+            Kind::Window { window_us, .. } => now / window_us.max(1),
+            Kind::Bucket { .. } => 0,
+        }
+    }
+
+    /// When the authority's window `w` starts (a bucket: 0).
+    pub fn window_start(&self, w: u64) -> u64 {
+        match self.kind {
+            Kind::Window {
+                calendar: Some(c), ..
+            } => c.start_of(w),
+            Kind::Window { window_us, .. } => w.saturating_mul(window_us),
+            Kind::Bucket { .. } => 0,
+        }
+    }
+
+    /// How long the authority's window `w` is (a calendar month: its days).
+    pub fn window_len(&self, w: u64) -> u64 {
+        self.window_start(w + 1)
+            .saturating_sub(self.window_start(w))
+            .max(1)
+    }
+
     /// The units a region may spend per window while cut off (0 with `Refuse`).
     pub fn safe_units(&self) -> u64 {
         let s = match self.on_partition {
@@ -74,6 +112,11 @@ pub struct Ask {
     /// authority (home's state lost) counts them as issued, so it never grants a window's
     /// units a second time to regions that report what they hold.
     pub held: [(u64, u64); 2],
+    /// Units the region's lease counters of its two latest windows hold past what it was
+    /// granted there, `(window, units)`, in all so far (a reservation's settle lands its
+    /// excess past the lease, as on any limit, a late one on its window's counter): home
+    /// counts each increase as issued in its current window.
+    pub excess: [(u64, u64); 2],
 }
 
 /// The authority's answer.

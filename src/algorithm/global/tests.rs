@@ -9,6 +9,7 @@ fn settings(limit: u64) -> GlobalLimit {
         kind: Kind::Window {
             limit,
             window_us: 1_000_000,
+            calendar: None,
         },
         on_partition: OnPartition::SafeShare(0.05),
         period_us: 50_000,
@@ -30,6 +31,7 @@ fn heartbeat(region: usize, last_answer: Option<u64>) -> Ask {
         next: false,
         last_answer,
         held: [(0, 0); 2],
+        excess: [(0, 0); 2],
     }
 }
 
@@ -271,4 +273,123 @@ fn regions_are_kept_by_name_when_the_config_adds_or_reorders_them() {
     let v = serde_json::to_value(&read).expect("state");
     assert_eq!(v["names"], serde_json::json!(["eu", "us"]));
     assert_eq!(v["regions"][1]["held"][0], serde_json::json!([0, 7]), "{v}");
+}
+
+#[test]
+fn a_calendar_budget_grants_each_period_once_whatever_its_length() {
+    use crate::limit::calendar::{zone, Calendar, Period};
+    let at = |s: &str| s.parse::<jiff::Timestamp>().expect("time").as_microsecond() as u64;
+    let cal = Calendar {
+        period: Period::Month,
+        zone: zone("America/New_York").expect("zone"),
+        week_starts: jiff::civil::Weekday::Monday,
+    };
+    let s = GlobalLimit {
+        kind: Kind::Window {
+            limit: 1_000,
+            window_us: 30 * 86_400_000_000,
+            calendar: Some(cal),
+        },
+        on_partition: OnPartition::Refuse,
+        ..settings(1_000)
+    };
+    // February 2027 in New York (28 days), then March (31, a DST change inside).
+    let feb = s.window_of(at("2027-02-10T00:00:00Z"));
+    let (mar_starts, apr_starts) = (at("2027-03-01T05:00:00Z"), at("2027-04-01T04:00:00Z"));
+    assert_eq!(s.window_start(feb + 1), mar_starts);
+    assert_eq!(s.window_len(feb + 1), apr_starts - mar_starts);
+    let names = ["eu".to_string(), "us".to_string()];
+    let mut a = Authority::named(s, &names, at("2027-02-01T06:00:00Z"));
+    let late_feb = mar_starts - 10_000_000;
+    let ask = |region, want, next| Ask {
+        want,
+        demand: 50.0,
+        target: want,
+        next,
+        ..heartbeat(region, Some(late_feb))
+    };
+    let g = a.grant(&ask(0, 800, false), late_feb);
+    assert_eq!(g.window, feb);
+    assert!(g.units > 0 && g.units <= 800, "{g:?}");
+    assert_eq!(
+        g.lifetime_us,
+        mar_starts - late_feb,
+        "lapses as February ends"
+    );
+    let n = a.grant(&ask(1, 600, true), late_feb);
+    assert_eq!(n.window, feb + 1, "March's units, asked ahead");
+    assert!(n.units > 0 && n.units <= 600, "{n:?}");
+    assert_eq!(n.starts_in_us, mar_starts - late_feb);
+    assert_eq!(
+        n.lifetime_us,
+        apr_starts - late_feb,
+        "spendable all of March"
+    );
+    let h = a.grant(&ask(1, 600, false), late_feb + 1);
+    assert!(g.units + h.units <= 1_000, "February: {g:?} {h:?}");
+    // March: what was issued ahead counts; never more than the limit in all.
+    let m = a.grant(&ask(0, 800, false), mar_starts + 1);
+    assert_eq!(m.window, feb + 1);
+    assert!(
+        n.units + m.units <= 1_000,
+        "March issued ahead: {n:?} {m:?}"
+    );
+    assert_eq!(a.issued(), n.units + m.units);
+
+    // A region cut off keeps the calendar's grid: its safe share is per period, each as long
+    // as it is (February's end, then March's 31 days).
+    let s = GlobalLimit {
+        on_partition: OnPartition::SafeShare(0.05),
+        ..s
+    };
+    let mut r = Region::new(0, s, 10_000, late_feb - 1_000);
+    let g = Grant { units: 10, ..g };
+    r.answered(&g, late_feb - 1_000, late_feb);
+    let mid_march = at("2027-03-15T00:00:00Z");
+    assert_eq!(r.lapsed(mid_march), 10, "February's lease lapsed");
+    let (window, units, from, until) = r.safe_share_at(mid_march).expect("cut off");
+    assert_eq!((window, units), (feb + 1, 50));
+    // Late at the start, and early at the end, by the drift margin of the period counted on
+    // since the last answer (0.1% of March: 45 minutes).
+    let margin = (apr_starts - mar_starts) / 1_000;
+    assert!(from >= mar_starts + margin && from < mar_starts + margin + 1_000_000);
+    assert!(until <= apr_starts - margin && until > apr_starts - margin - 1_000_000);
+}
+
+#[test]
+fn a_settle_s_excess_is_counted_by_home_once() {
+    let s = GlobalLimit {
+        on_partition: OnPartition::Refuse,
+        ..settings(100)
+    };
+    let mut a = Authority::new(s, 2, 0);
+    let ask = |region, excess| Ask {
+        excess,
+        ..heartbeat(region, Some(0))
+    };
+    let w = 0;
+    a.grant(&ask(0, [(w, 0), (0, 0)]), 10);
+    assert_eq!(a.issued(), 0);
+    // Region 0's lease counter holds 7 past its grant: home counts them, once.
+    a.grant(&ask(0, [(w, 7), (0, 0)]), 20);
+    assert_eq!(a.issued(), 7);
+    a.grant(&ask(0, [(w, 7), (0, 0)]), 30);
+    assert_eq!(a.issued(), 7, "the same report again counts nothing");
+    a.grant(&ask(0, [(w, 10), (0, 0)]), 40);
+    assert_eq!(a.issued(), 10, "an increase counts what is new");
+    a.grant(&ask(1, [(w, 5), (0, 0)]), 50);
+    assert_eq!(a.issued(), 15, "each region's own");
+    // The next window: a late settle on the last window's counter is a debt on this one.
+    a.grant(&ask(0, [(w, 12), (w + 1, 0)]), 1_000_010);
+    assert_eq!(a.issued(), 2, "two more of window 0, counted in window 1");
+    let g = a.grant(
+        &Ask {
+            want: 200,
+            demand: 10.0,
+            target: 200,
+            ..ask(0, [(w, 12), (w + 1, 0)])
+        },
+        1_000_020,
+    );
+    assert_eq!(g.units, 98, "the debt comes off what is left");
 }

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
+use crate::limit::LimitParams;
 use crate::plan::Plan;
 use crate::store::placement::Placed;
 use crate::store::LeaseReport;
@@ -36,6 +37,9 @@ pub struct PoolWindow {
     pub safe: u64,
     /// Of them, given back to home (counted as spent in the lease counter).
     pub back: u64,
+    /// Of them, spent past the grants (a settle's excess) and counted by home since: the
+    /// region's, as if granted.
+    pub owed: u64,
     pub from: Instant,
     pub until: Instant,
 }
@@ -145,6 +149,9 @@ impl Board {
                 l.key.get_or_init(|| spec.key.to_string());
             }
             let key = spec.key.to_mut();
+            // A lease counter ends with its lease (plus a keep-alive), whatever the limit's
+            // window: a calendar's period is the authority's, not this charge's.
+            spec.params.calendar = None;
             match lease.and_then(|l| l.spendable(now)) {
                 Some(w) => {
                     let left = w.until.saturating_duration_since(now).as_micros() as u64;
@@ -167,14 +174,18 @@ impl Board {
     }
 
     /// Until the authority's current window ends, as this instance knows it: the lease's
-    /// lapse, else (no lease) the end of the window `window_us` on `wall_us`'s grid, the
-    /// authority's (its windows are its clock's time over the window). A lease counter is kept
-    /// a minute past its lapse, so its own end is no answer for a caller.
-    pub fn reset_after_us(&self, id: &str, window_us: u64, wall_us: u64) -> u64 {
+    /// lapse, else (no lease) the end of the limit's window on `wall_us`'s grid, the
+    /// authority's (its windows are its clock's time over the window, or its calendar's
+    /// periods). A lease counter is kept a minute past its lapse, so its own end is no answer
+    /// for a caller.
+    pub fn reset_after_us(&self, id: &str, p: &LimitParams, wall_us: u64) -> u64 {
         let now = Instant::now();
         match self.get(id).and_then(|l| l.spendable(now)) {
             Some(w) => w.until.saturating_duration_since(now).as_micros() as u64,
-            None => window_us.max(1) - wall_us % window_us.max(1),
+            None => match &p.calendar {
+                Some(c) => c.end_of(wall_us).saturating_sub(wall_us),
+                None => p.window_us.max(1) - wall_us % p.window_us.max(1),
+            },
         }
     }
 
@@ -186,7 +197,7 @@ impl Board {
                 continue;
             };
             let p = &c.limit.params;
-            let left = self.reset_after_us(&g.id, p.window_us, wall_us);
+            let left = self.reset_after_us(&g.id, p, wall_us);
             o.wait_us = if o.allowed || c.cost <= p.limit {
                 Some(match o.wait_us {
                     Some(w) if o.allowed || w > 0 => w.min(left),

@@ -51,6 +51,7 @@ pub fn settings_of(limit: &Limit, g: &AcrossRegions) -> GlobalLimit {
         kind: Kind::Window {
             limit: limit.params.limit,
             window_us: limit.params.window_us,
+            calendar: limit.params.calendar,
         },
         on_partition: match g.safe_share {
             Some(s) => OnPartition::SafeShare(s),

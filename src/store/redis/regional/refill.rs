@@ -65,6 +65,9 @@ struct InFlight {
     task: JoinHandle<Result<(Grant, u64, Instant), RegionalError>>,
     sent_at: u64,
     before: Instant,
+    /// What the ask reported spent past the grants ([`Ask::excess`]): once home answered, the
+    /// region's.
+    excess: [(u64, u64); 2],
 }
 
 /// The refill task of `limit` until it is aborted (the config dropped or changed it).
@@ -88,6 +91,7 @@ pub async fn run(reg: Arc<Regional>, limit: Arc<Limit>) {
         lease,
         region: None,
         in_flight: None,
+        lapse_written: (0, 0),
     };
     let mut ticks = tokio::time::interval(PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -108,6 +112,8 @@ struct Task {
     /// The region's lease and asks, while this instance holds the lock.
     region: Option<Region>,
     in_flight: Option<InFlight>,
+    /// The latest lapse written for a window by [`Task::extend`].
+    lapse_written: (u64, u64),
 }
 
 impl Task {
@@ -213,7 +219,11 @@ impl Task {
         let region = self.region.as_mut().expect("set above");
         if let Some(mut ask) = region.tick(now) {
             // What the region's pool holds, whoever held the lock when it was granted.
+            // The pool as it is now (a grant that came this period included), so that what
+            // its counters hold past their grants is counted against every grant.
+            self.read_pool().await?;
             ask.held = held(&self.lease.windows().0, ask.held);
+            ask.excess = self.excess().await?;
             if let Some(old) = self.in_flight.take() {
                 // Given up on (its answer may still land: its units stay counted, unspent).
                 old.task.abort();
@@ -250,10 +260,14 @@ impl Task {
             return Ok(());
         };
         let InFlight {
-            sent_at, before, ..
+            sent_at,
+            before,
+            excess,
+            ..
         } = self.in_flight.take().expect("in flight");
         match done {
             Ok(Ok((grant, issued, arrived))) => {
+                self.owe(excess).await?;
                 // The region's time at arrival, no earlier than it was.
                 let arrived_at = sent_at + (arrived - before).as_micros() as u64;
                 self.answered(grant, issued, sent_at, arrived_at).await
@@ -296,6 +310,7 @@ impl Task {
             task,
             sent_at,
             before,
+            excess: ask.excess,
         }
     }
 
@@ -325,13 +340,13 @@ impl Task {
         *self.lease.issued.lock() = Some((issued, Instant::now()));
         let outcome = if grant.units > 0 { "granted" } else { "empty" };
         self.reg.metrics.global.refill(&self.label, outcome);
-        if grant.units == 0 {
-            return Ok(());
-        }
-        self.reg.metrics.global.granted(&self.label, grant.units);
         // As `Region::answered` counts them: the lapse from before the ask was sent, the start
         // from no earlier than the answer's arrival, each 0.1% the safe way.
         let lapses_at = sent_at + grant.lifetime_us - grant.lifetime_us / 1000;
+        if grant.units == 0 {
+            return self.extend(&grant, lapses_at).await;
+        }
+        self.reg.metrics.global.granted(&self.label, grant.units);
         let starts_at = match grant.starts_in_us {
             0 => 0,
             s => now_est + s + s / 1000,
@@ -341,6 +356,34 @@ impl Task {
             grant.window.to_string().into(),
             grant.units.to_string().into(),
             starts_at.to_string().into(),
+            lapses_at.to_string().into(),
+            pool_ttl_ms(&self.settings).to_string().into(),
+        ];
+        self.call::<i64>(args, &self.keys.pool).await.map(|_| ())
+    }
+
+    /// An answer of the current window without units still bounds its end, closer than the
+    /// grants before it (each lapses early by 0.1% of its lifetime: 86 s of a day, 45 minutes
+    /// of a month): the pool's window, if the region holds one, lapses at the latest such
+    /// bound, so a long window's lease lasts to within 0.1% of the time then left.
+    async fn extend(&mut self, grant: &Grant, lapses_at: u64) -> Result<(), RegionalError> {
+        let (w, written) = self.lapse_written;
+        let holds = self
+            .lease
+            .windows()
+            .0
+            .iter()
+            .any(|p| p.index == grant.window && p.units > 0);
+        if grant.starts_in_us > 0 || !holds || (w == grant.window && lapses_at < written + 100_000)
+        {
+            return Ok(());
+        }
+        self.lapse_written = (grant.window, lapses_at);
+        let args = vec![
+            "grant".into(),
+            grant.window.to_string().into(),
+            "0".into(),
+            lapses_at.to_string().into(),
             lapses_at.to_string().into(),
             pool_ttl_ms(&self.settings).to_string().into(),
         ];
@@ -398,6 +441,42 @@ impl Task {
         self.call::<i64>(args, &self.keys.pool).await.map(|_| ())
     }
 
+    /// What the region's lease counters of the pool's two latest begun windows hold past what the
+    /// region was granted there (its safe share included): a settle's excess, which home
+    /// counts ([`Ask::excess`]).
+    async fn excess(&self) -> Result<[(u64, u64); 2], RegionalError> {
+        let mut out = [(0, 0); 2];
+        let Some(key) = self.lease.key.get() else {
+            return Ok(out);
+        };
+        let (windows, _) = self.lease.windows();
+        let now = Instant::now();
+        // The current window and the one before it (a late settle lands on its own window's
+        // counter while that is kept); a next window's counter is not spent yet.
+        let begun = windows.iter().rev().filter(|w| w.from <= now);
+        for (slot, w) in out.iter_mut().zip(begun) {
+            let counter = format!("{key}|g{}", w.index);
+            let count: i64 = self.call(vec!["count".into()], &counter).await?;
+            let past = (count.max(0) as u64).saturating_sub(w.units);
+            *slot = (w.index, w.owed + past);
+        }
+        Ok(out)
+    }
+
+    /// Home counted what the region spent past its grants: recorded beside them in the pool,
+    /// so the lease counters' limits cover it and the next report adds only what is new.
+    async fn owe(&self, excess: [(u64, u64); 2]) -> Result<(), RegionalError> {
+        let (windows, _) = self.lease.windows();
+        for (w, units) in excess {
+            let known = windows.iter().find(|p| p.index == w).map_or(0, |p| p.owed);
+            if units > known {
+                let args = vec!["owe".into(), w.to_string().into(), units.to_string().into()];
+                self.call::<i64>(args, &self.keys.pool).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Every instance: the pool's windows, on this instance's clock.
     async fn read_pool(&self) -> Result<(), RegionalError> {
         let before = Instant::now();
@@ -423,14 +502,18 @@ impl Task {
 fn windows(fields: &[String], now: u64, before: Instant, after: Instant) -> Vec<PoolWindow> {
     let mut out: Vec<PoolWindow> = Vec::new();
     let mut backs: Vec<(u64, u64)> = Vec::new();
+    let mut owed: Vec<(u64, u64)> = Vec::new();
     for pair in fields.chunks(2) {
         let [name, value] = pair else { continue };
         let (safe, index) = match name.split_once(':') {
             Some(("w", n)) => (false, n),
             Some(("s", n)) => (true, n),
-            Some(("b", n)) => {
+            Some((kind @ ("b" | "x"), n)) => {
                 if let (Ok(index), Ok(units)) = (n.parse(), value.parse()) {
-                    backs.push((index, units));
+                    match kind {
+                        "b" => backs.push((index, units)),
+                        _ => owed.push((index, units)),
+                    }
                 }
                 continue;
             }
@@ -456,6 +539,7 @@ fn windows(fields: &[String], now: u64, before: Instant, after: Instant) -> Vec<
             units,
             safe: if safe { units } else { 0 },
             back: 0,
+            owed: 0,
             from,
             until,
         };
@@ -472,6 +556,12 @@ fn windows(fields: &[String], now: u64, before: Instant, after: Instant) -> Vec<
     for (index, units) in backs {
         if let Some(o) = out.iter_mut().find(|o| o.index == index) {
             o.back = units;
+        }
+    }
+    for (index, units) in owed {
+        if let Some(o) = out.iter_mut().find(|o| o.index == index) {
+            o.owed = units;
+            o.units += units;
         }
     }
     out.sort_by_key(|w| w.index);

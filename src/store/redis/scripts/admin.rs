@@ -180,11 +180,7 @@ impl Inner {
                 reading.held = Some(GlobalHeld {
                     units: spec.params.limit,
                     back: window.map_or(0, |w| w.back),
-                    reset_after_us: r.board.reset_after_us(
-                        &g.id,
-                        c.limit.params.window_us,
-                        wall_us,
-                    ),
+                    reset_after_us: r.board.reset_after_us(&g.id, &c.limit.params, wall_us),
                 });
             }
         }

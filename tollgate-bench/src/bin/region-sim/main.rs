@@ -8,6 +8,8 @@
 
 use std::collections::VecDeque;
 
+mod cases;
+
 use tollgate::algorithm::global::authority::Authority;
 use tollgate::algorithm::global::region::{Admit, Region};
 use tollgate::algorithm::global::terms::{Ask, GlobalLimit, Grant, Kind, OnPartition};
@@ -131,7 +133,9 @@ fn settings(c: &Case) -> GlobalLimit {
 /// (limit per window or burst, window or burst/rate in µs)
 fn size(kind: Kind) -> (u64, u64) {
     match kind {
-        Kind::Window { limit, window_us } => (limit, window_us),
+        Kind::Window {
+            limit, window_us, ..
+        } => (limit, window_us),
         Kind::Bucket { rate, burst } => (burst, (burst as f64 / rate * S as f64) as u64),
     }
 }
@@ -411,132 +415,7 @@ fn interval_ratio(per_ms: &[u32], len_ms: usize, rate: f64, burst: u64) -> f64 {
 
 fn main() {
     let filter = std::env::args().nth(1).unwrap_or_default();
-    let five = vec![1, 20, 80, 150, 200];
-    let three = vec![1, 60, 200];
-    let mut cases = Vec::new();
-    let windows = [(S, "1 s"), (60 * S, "60 s"), (3600 * S, "1 h")];
-    let limits = [10u64, 1_000, 100_000];
-    let demands = [
-        Demand::Uniform,
-        Demand::Skewed,
-        Demand::Moving,
-        Demand::Flash,
-        Demand::Attacker,
-    ];
-    let safe = OnPartition::SafeShare(0.05);
-    for &(window_us, wname) in &windows {
-        for &limit in &limits {
-            for &d in &demands {
-                for strategy in [
-                    Strategy::Leases,
-                    Strategy::StaticSplit,
-                    Strategy::Independent,
-                    Strategy::SharedRedis,
-                ] {
-                    if strategy != Strategy::Leases
-                        && !matches!(d, Demand::Uniform | Demand::Skewed)
-                    {
-                        continue;
-                    }
-                    cases.push(Case {
-                        name: format!("window {limit}/{wname}, 5 regions, {d:?}, {strategy:?}"),
-                        rtts_ms: five.clone(),
-                        kind: Kind::Window { limit, window_us },
-                        on_partition: safe,
-                        demand: d,
-                        failure: Failure::None,
-                        strategy,
-                    });
-                }
-            }
-        }
-    }
-    let failures = [
-        Failure::Partition,
-        Failure::Failover {
-            lag_ms: 0,
-            wait: true,
-        },
-        Failure::Failover {
-            lag_ms: 500,
-            wait: true,
-        },
-        Failure::Failover {
-            lag_ms: 100,
-            wait: false,
-        },
-        Failure::Failover {
-            lag_ms: 500,
-            wait: false,
-        },
-        Failure::InstanceDeath,
-        Failure::Skew,
-    ];
-    for f in failures {
-        for (kind, kname) in [
-            (
-                Kind::Window {
-                    limit: 1_000,
-                    window_us: 60 * S,
-                },
-                "window 1000/60 s",
-            ),
-            (
-                Kind::Window {
-                    limit: 1_000,
-                    window_us: S,
-                },
-                "window 1000/1 s",
-            ),
-            (
-                Kind::Bucket {
-                    rate: 1_000.0,
-                    burst: 1_000,
-                },
-                "bucket 1000/s burst 1000",
-            ),
-        ] {
-            for on_partition in [safe, OnPartition::Refuse] {
-                if on_partition == OnPartition::Refuse && !matches!(f, Failure::Partition) {
-                    continue;
-                }
-                for strategy in [Strategy::Leases, Strategy::SharedRedis] {
-                    if strategy == Strategy::SharedRedis && !matches!(f, Failure::Partition) {
-                        continue;
-                    }
-                    cases.push(Case {
-                        name: format!("{kname}, 3 regions, {f:?}, {on_partition:?}, {strategy:?}"),
-                        rtts_ms: three.clone(),
-                        kind,
-                        on_partition,
-                        demand: Demand::Uniform,
-                        failure: f,
-                        strategy,
-                    });
-                }
-            }
-        }
-    }
-    for &d in &demands {
-        for strategy in [
-            Strategy::Leases,
-            Strategy::StaticSplit,
-            Strategy::Independent,
-        ] {
-            cases.push(Case {
-                name: format!("bucket 1000/s burst 1000, 5 regions, {d:?}, {strategy:?}"),
-                rtts_ms: five.clone(),
-                kind: Kind::Bucket {
-                    rate: 1_000.0,
-                    burst: 1_000,
-                },
-                on_partition: safe,
-                demand: d,
-                failure: Failure::None,
-                strategy,
-            });
-        }
-    }
+    let cases = cases::all();
     println!("| case | max admitted ÷ limit | utilisation | stranded | wrong denials | authority calls/s | added latency |");
     println!("|---|---|---|---|---|---|---|");
     for c in cases.iter().filter(|c| c.name.contains(&filter)) {

@@ -1,0 +1,172 @@
+//! The cases `region-sim` runs: the issue-49 table, the failures, the bucket, and the grid of
+//! windows, limits and round trips a global limit is (or is not) for.
+
+use tollgate::algorithm::global::terms::{Kind, OnPartition};
+
+use crate::{Case, Demand, Failure, Strategy, S};
+
+/// Every case, in the order they print.
+pub fn all() -> Vec<Case> {
+    let five = vec![1, 20, 80, 150, 200];
+    let three = vec![1, 60, 200];
+    let mut cases = Vec::new();
+    let windows = [(S, "1 s"), (60 * S, "60 s"), (3600 * S, "1 h")];
+    let limits = [10u64, 1_000, 100_000];
+    let demands = [
+        Demand::Uniform,
+        Demand::Skewed,
+        Demand::Moving,
+        Demand::Flash,
+        Demand::Attacker,
+    ];
+    let safe = OnPartition::SafeShare(0.05);
+    for &(window_us, wname) in &windows {
+        for &limit in &limits {
+            for &d in &demands {
+                for strategy in [
+                    Strategy::Leases,
+                    Strategy::StaticSplit,
+                    Strategy::Independent,
+                    Strategy::SharedRedis,
+                ] {
+                    if strategy != Strategy::Leases
+                        && !matches!(d, Demand::Uniform | Demand::Skewed)
+                    {
+                        continue;
+                    }
+                    cases.push(Case {
+                        name: format!("window {limit}/{wname}, 5 regions, {d:?}, {strategy:?}"),
+                        rtts_ms: five.clone(),
+                        kind: Kind::Window {
+                            limit,
+                            window_us,
+                            calendar: None,
+                        },
+                        on_partition: safe,
+                        demand: d,
+                        failure: Failure::None,
+                        strategy,
+                    });
+                }
+            }
+        }
+    }
+    let failures = [
+        Failure::Partition,
+        Failure::Failover {
+            lag_ms: 0,
+            wait: true,
+        },
+        Failure::Failover {
+            lag_ms: 500,
+            wait: true,
+        },
+        Failure::Failover {
+            lag_ms: 100,
+            wait: false,
+        },
+        Failure::Failover {
+            lag_ms: 500,
+            wait: false,
+        },
+        Failure::InstanceDeath,
+        Failure::Skew,
+    ];
+    for f in failures {
+        for (kind, kname) in [
+            (
+                Kind::Window {
+                    limit: 1_000,
+                    window_us: 60 * S,
+                    calendar: None,
+                },
+                "window 1000/60 s",
+            ),
+            (
+                Kind::Window {
+                    limit: 1_000,
+                    window_us: S,
+                    calendar: None,
+                },
+                "window 1000/1 s",
+            ),
+            (
+                Kind::Bucket {
+                    rate: 1_000.0,
+                    burst: 1_000,
+                },
+                "bucket 1000/s burst 1000",
+            ),
+        ] {
+            for on_partition in [safe, OnPartition::Refuse] {
+                if on_partition == OnPartition::Refuse && !matches!(f, Failure::Partition) {
+                    continue;
+                }
+                for strategy in [Strategy::Leases, Strategy::SharedRedis] {
+                    if strategy == Strategy::SharedRedis && !matches!(f, Failure::Partition) {
+                        continue;
+                    }
+                    cases.push(Case {
+                        name: format!("{kname}, 3 regions, {f:?}, {on_partition:?}, {strategy:?}"),
+                        rtts_ms: three.clone(),
+                        kind,
+                        on_partition,
+                        demand: Demand::Uniform,
+                        failure: f,
+                        strategy,
+                    });
+                }
+            }
+        }
+    }
+    for &d in &demands {
+        for strategy in [
+            Strategy::Leases,
+            Strategy::StaticSplit,
+            Strategy::Independent,
+        ] {
+            cases.push(Case {
+                name: format!("bucket 1000/s burst 1000, 5 regions, {d:?}, {strategy:?}"),
+                rtts_ms: five.clone(),
+                kind: Kind::Bucket {
+                    rate: 1_000.0,
+                    burst: 1_000,
+                },
+                on_partition: safe,
+                demand: d,
+                failure: Failure::None,
+                strategy,
+            });
+        }
+    }
+    cases.extend(grid());
+    cases
+}
+
+/// Where leases meet the targets and where they do not: five regions up to 200 ms from home,
+/// windows of 1 to 30 s, limits of 10 to 1,000, uniform and skewed demand (`region-sim grid`).
+fn grid() -> Vec<Case> {
+    let mut out = Vec::new();
+    for window_s in [1u64, 2, 5, 10, 30] {
+        for limit in [10u64, 25, 50, 100, 1_000] {
+            for d in [Demand::Uniform, Demand::Skewed] {
+                out.push(Case {
+                    name: format!(
+                        "grid: window {limit}/{window_s} s, 5 regions up to 200 ms, {d:?}"
+                    ),
+                    rtts_ms: vec![1, 20, 80, 150, 200],
+                    kind: Kind::Window {
+                        limit,
+                        window_us: window_s * S,
+                        calendar: None,
+                    },
+                    on_partition: OnPartition::SafeShare(0.05),
+                    demand: d,
+                    failure: Failure::None,
+                    strategy: Strategy::Leases,
+                });
+            }
+        }
+    }
+    out
+}
