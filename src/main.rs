@@ -126,6 +126,10 @@ fn main() -> ExitCode {
                 print!("{}", tollgate::cli::counters::reset(&args).await?);
                 Ok(0)
             }
+            Command::MoveHome(args) => {
+                print!("{}", tollgate::cli::region::move_home(&args).await?);
+                Ok(0)
+            }
         }
     });
     match result {

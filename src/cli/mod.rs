@@ -62,6 +62,9 @@ pub enum Command {
     Reset(crate::cli::counters::ResetArgs),
     /// Who is being limited right now, from one instance or several (GET /top).
     Top(crate::cli::top::TopArgs),
+    /// Move global limits' home to another region's Redis, never granting a window twice
+    /// (docs/multi-region.md, "Moving home").
+    MoveHome(crate::cli::region::MoveHomeArgs),
 }
 
 #[derive(Debug, Args)]

@@ -42,3 +42,45 @@ fn region_redis(s: &str) -> Result<(String, String), RegionArgError> {
         .ok_or_else(|| RegionArgError::Pair(s.to_string()))?;
     Ok((region_name(name)?, url.to_string()))
 }
+
+/// `tollgate move-home`: a global limit's home moves (docs/multi-region.md, "Moving home").
+#[derive(Debug, Args)]
+pub struct MoveHomeArgs {
+    /// The Redis of the limit's current home region (a URL as --redis-url's).
+    #[arg(long)]
+    pub from_redis: String,
+    /// The Redis of the region that becomes home.
+    #[arg(long)]
+    pub to_redis: String,
+    /// The region that becomes home, as `home:` will name it.
+    #[arg(long, value_parser = region_name)]
+    pub to_region: String,
+    /// Only this limit (its id, as the status page names it: `domain.key_value|suffix`);
+    /// without it, every global limit homed at --from-redis.
+    #[arg(long)]
+    pub limit: Option<String>,
+}
+
+/// Moves the authorities, then says what to do next.
+pub async fn move_home(args: &MoveHomeArgs) -> anyhow::Result<String> {
+    let moved = crate::store::redis::regional::moving::move_home(
+        &args.from_redis,
+        &args.to_redis,
+        &args.to_region,
+        args.limit.as_deref(),
+    )
+    .await?;
+    let mut out = String::new();
+    for m in &moved {
+        out.push_str(&format!(
+            "moved {} to {}: window {}, {} issued (clocks {} ms apart)\n",
+            m.key, args.to_region, m.window, m.issued, m.skew_ms
+        ));
+    }
+    out.push_str(&format!(
+        "now set home: {} in every region's config (each instance needs --region-redis {}=URL \
+         unless it is in {}); until it reloads, a region asking the old home is granted nothing\n",
+        args.to_region, args.to_region, args.to_region
+    ));
+    Ok(out)
+}

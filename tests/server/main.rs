@@ -16,6 +16,7 @@ mod floods;
 mod global_budgets;
 mod global_regions;
 mod grpc;
+mod home_moves;
 mod imports;
 mod layout;
 mod lengths;

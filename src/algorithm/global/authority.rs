@@ -46,6 +46,10 @@ pub struct Authority {
     short: bool,
     /// Grants nothing before this (a new authority after a failover).
     cautious_until: u64,
+    /// Home moved to this region (docs/multi-region.md, "Moving home"): this state is frozen,
+    /// copied to the new home as it was, and answers every ask with nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    moved_to: Option<String>,
 }
 
 impl Authority {
@@ -71,6 +75,7 @@ impl Authority {
             short: false,
             cautious_until: 0,
             names: Vec::new(),
+            moved_to: None,
         };
         a.window = a.window_of(now);
         a
@@ -126,6 +131,39 @@ impl Authority {
 
     fn window_of(&self, now: u64) -> u64 {
         self.settings.window_of(now)
+    }
+
+    /// The region home moved to, if it did.
+    pub fn moved_to(&self) -> Option<&str> {
+        self.moved_to.as_deref()
+    }
+
+    /// Marks (or, `None`, unmarks) this state as moved: frozen here, copied to the new home.
+    pub fn set_moved(&mut self, to: Option<String>) {
+        self.moved_to = to;
+    }
+
+    /// The window this state last counted in.
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// The answer of a moved state: nothing granted, the state untouched (its counts went to
+    /// the new home), the window's end as this clock sees it.
+    pub fn moved_answer(&self, now: u64) -> Grant {
+        let window = self.settings.window_of(now);
+        Grant {
+            units: 0,
+            starts_in_us: 0,
+            lifetime_us: self
+                .settings
+                .window_start(window + 1)
+                .saturating_sub(now)
+                .max(1),
+            window,
+            reclaim: false,
+            at: now,
+        }
     }
 
     /// Units issued in the current window (a bucket: tokens held back from the bucket).

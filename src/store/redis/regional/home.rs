@@ -24,16 +24,16 @@ const TRIES: usize = 100;
 
 /// How long one asker holds the authority between its read and its write (a far region's
 /// round trip must fit; an asker that dies frees it by then).
-const HOLD_MS: u64 = 1000;
+pub(super) const HOLD_MS: u64 = 1000;
 
 /// How long a hold handed to the next asker in the queue waits for it to read (its next try
 /// comes within a round trip, of at most 350 ms, and 5 ms).
-const HANDED_MS: u64 = 500;
+pub(super) const HANDED_MS: u64 = 500;
 
 /// A queued asker is dropped after this long: a region that asks again keeps its place (its
 /// first arrival), one that stopped asking (its instance died, or lost its region's lock)
 /// makes way.
-const QUEUED_MS: u64 = 3000;
+pub(super) const QUEUED_MS: u64 = 3000;
 
 /// How long one ask may take: half the silence after which a region counts itself cut off
 /// (`inner::SILENT_AFTER`, 1 s), so an ask that waited out its time in the authority's queue
@@ -106,19 +106,16 @@ impl HomeLink {
                 continue;
             }
             let now: u64 = now.parse().map_err(|_| RegionalError::State(now.clone()))?;
-            let mut authority = if old.is_empty() {
-                // A first start, or a state lost (evicted, flushed, a failover without
-                // WAIT): cautious, so grants in flight land or lapse first.
-                let mut a = Authority::named(settings, regions, now);
-                a.take_over(now);
-                a
-            } else {
-                let mut a: Authority =
-                    serde_json::from_str(&old).map_err(|e| RegionalError::State(e.to_string()))?;
-                a.reconfigure(settings, regions);
-                a
+            let mut authority = state_of(&old, settings, regions, now)?;
+            let mut grant = match authority.moved_to() {
+                // Frozen: its counts went to the new home, which this region's config does
+                // not name yet. Nothing granted; the write below hands the hold on.
+                Some(to) => {
+                    moved_warning(key, &self.name, to);
+                    authority.moved_answer(now)
+                }
+                None => authority.grant(ask, now),
             };
-            let mut grant = authority.grant(ask, now);
             let new = serde_json::to_string(&authority)
                 .map_err(|e| RegionalError::State(e.to_string()))?;
             let ttl_ms = state_ttl_ms(&settings);
@@ -170,8 +167,38 @@ impl HomeLink {
     }
 }
 
+/// The authority as read (`old`, '' for none) at `now`, under this asker's config.
+fn state_of(
+    old: &str,
+    settings: GlobalLimit,
+    regions: &[String],
+    now: u64,
+) -> Result<Authority, RegionalError> {
+    if old.is_empty() {
+        // A first start, or a state lost (evicted, flushed, a failover without WAIT):
+        // cautious, so grants in flight land or lapse first.
+        let mut a = Authority::named(settings, regions, now);
+        a.take_over(now);
+        return Ok(a);
+    }
+    let mut a: Authority =
+        serde_json::from_str(old).map_err(|e| RegionalError::State(e.to_string()))?;
+    a.reconfigure(settings, regions);
+    Ok(a)
+}
+
+fn moved_warning(key: &str, from: &str, to: &str) {
+    if let Some(suppressed) = crate::base::log_throttle::due_named("global_moved", key, 16) {
+        tracing::warn!(
+            authority = %key, suppressed,
+            "the home of this global limit moved from {from} to {to}: set home: {to} in this \
+             region's config (asks to {from} are granted nothing)"
+        );
+    }
+}
+
 /// The authority's state outlives two of its windows (and at least a minute).
-fn state_ttl_ms(settings: &GlobalLimit) -> u64 {
+pub(super) fn state_ttl_ms(settings: &GlobalLimit) -> u64 {
     let window_ms = match settings.kind {
         Kind::Window { window_us, .. } => window_us / 1000,
         Kind::Bucket { .. } => 0,

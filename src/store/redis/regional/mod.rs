@@ -12,6 +12,7 @@ pub mod board;
 pub mod error;
 pub mod home;
 pub mod inner;
+pub mod moving;
 pub mod refill;
 
 use std::collections::HashMap;
