@@ -61,6 +61,10 @@ end
 if op == 'flush' then
   redis.call('HINCRBY', KEYS[1], 'a', ARGV[2])
   redis.call('HINCRBY', KEYS[1], 'r', ARGV[3])
+  -- ARGV[5]: the largest cost of one request among them (absent from 0.2.0's instances).
+  if ARGV[5] and tonumber(ARGV[5]) > tonumber(redis.call('HGET', KEYS[1], 'm') or '0') then
+    redis.call('HSET', KEYS[1], 'm', ARGV[5])
+  end
   redis.call('PEXPIRE', KEYS[1], 60000)
   if ARGV[4] ~= '' then redis.call('HSETNX', KEYS[2], 'k', ARGV[4]) end
   return 1
@@ -102,11 +106,12 @@ if op == 'gave' then
   return redis.call('HINCRBY', KEYS[1], 'b:' .. ARGV[2], ARGV[3])
 end
 
--- A region: the refill task takes the demand added since it last looked, and the time.
+-- A region: the refill task takes the demand added since it last looked (admitted, refused,
+-- the largest cost of one request), and the time.
 if op == 'take' then
-  local v = redis.call('HMGET', KEYS[1], 'a', 'r')
+  local v = redis.call('HMGET', KEYS[1], 'a', 'r', 'm')
   redis.call('DEL', KEYS[1])
-  return {now_us(), v[1] or '0', v[2] or '0'}
+  return {now_us(), v[1] or '0', v[2] or '0', v[3] or '0'}
 end
 
 -- A region: the refill task's lock (ARGV[2] the instance, ARGV[3] its time to live, ms): 1

@@ -7,6 +7,9 @@ use super::terms::{Ask, GlobalLimit, Grant, Kind};
 /// region's clock may run at another rate than home's.
 const DRIFT: u64 = 1000;
 
+/// How long a request's cost keeps the lease target at two of it.
+const LARGEST_FOR_US: u64 = 2_000_000;
+
 /// A smoothed rate (units per second) with a time constant.
 #[derive(Debug, Clone, Copy)]
 pub struct Rate {
@@ -98,6 +101,12 @@ pub struct Region {
     /// Units granted per authority window, less those given back (the two latest windows):
     /// reported in each ask ([`Ask::held`]).
     granted: [(u64, u64); 2],
+    /// Units settles landed past the lease per window, in all (the two latest windows):
+    /// reported in each ask ([`Ask::excess`]).
+    excess: [(u64, u64); 2],
+    /// The largest cost of one request lately, and when it was seen: a lease holds at least
+    /// two of them (a reservation of 4,096 tokens in a quiet region must fit its lease).
+    largest: (u64, u64),
 }
 
 /// What [`Region::admit`] decided.
@@ -132,6 +141,17 @@ impl Region {
             lapsed: 0,
             refused: false,
             granted: [(0, 0); 2],
+            excess: [(0, 0); 2],
+            largest: (0, 0),
+        }
+    }
+
+    /// A request of `cost` units was decided (admitted or refused) at `now`: the lease target
+    /// covers two such for the next couple of seconds.
+    pub fn cost_seen(&mut self, cost: u64, now: u64) {
+        let (big, at) = self.largest;
+        if cost >= big || now.saturating_sub(at) > LARGEST_FOR_US {
+            self.largest = (cost, now);
         }
     }
 
@@ -153,6 +173,11 @@ impl Region {
         };
         let (w, u) = self.granted[slot];
         self.granted[slot] = (w, u.saturating_add_signed(units));
+    }
+
+    /// The authority's window this region counts in now, as it knows it.
+    pub fn window_index(&self) -> u64 {
+        self.window_index
     }
 
     /// What this region holds, to report in an ask.
@@ -207,6 +232,7 @@ impl Region {
     /// off with a safe share, from the share. Never waits on home.
     pub fn admit(&mut self, cost: u64, now: u64) -> Admit {
         self.demand.add(cost, now);
+        self.cost_seen(cost, now);
         self.drop_lapsed(now);
         if self.headroom(now) >= cost {
             let mut need = cost;
@@ -282,6 +308,60 @@ impl Region {
         }
     }
 
+    /// A reservation of window `window` settled: `extra` units more than it reserved landed
+    /// (negative: fewer; those come back to the window's lease while it lasts). What the
+    /// lease no longer holds lands past it, as a settle's excess lands past any limit; each
+    /// ask reports it, and home counts it. In the service the lease counter does this, and
+    /// the refill task reads what it holds past the grants.
+    pub fn settled(&mut self, window: u64, extra: i64, now: u64) {
+        self.drop_lapsed(now);
+        let live = |c: &&mut Chunk| c.window == window && c.starts_at <= now && c.lapses_at > now;
+        if extra < 0 {
+            // Back to the window's lease (a spent chunk is dropped, so a chunk of its own that
+            // lapses with the window as this region knows it).
+            let back = extra.unsigned_abs();
+            match self.chunks.iter_mut().find(live) {
+                Some(c) => c.units += back,
+                None if window == self.window_index => {
+                    if let Some(end) = self.window_end.filter(|&e| e > now) {
+                        self.chunks.push(Chunk {
+                            units: back,
+                            starts_at: now,
+                            lapses_at: end,
+                            window,
+                        });
+                    }
+                }
+                None => {}
+            }
+            return;
+        }
+        let mut need = extra as u64;
+        for c in self.chunks.iter_mut().filter(live) {
+            let take = need.min(c.units);
+            c.units -= take;
+            need -= take;
+        }
+        if need == 0 {
+            return;
+        }
+        let slot = match self.excess.iter().position(|&(w, _)| w == window) {
+            Some(i) => i,
+            None => {
+                // An empty slot, else the older window's.
+                let [(w0, u0), (w1, u1)] = self.excess;
+                let i = if u0 == 0 || (u1 > 0 && w0 <= w1) {
+                    0
+                } else {
+                    1
+                };
+                self.excess[i] = (window, 0);
+                i
+            }
+        };
+        self.excess[slot].1 += need;
+    }
+
     /// The service's request path: `units` were refused for want of lease since the refill
     /// task last looked. They count as demand, and a region without a lease asks for one.
     pub fn refused(&mut self, units: u64, now: u64) {
@@ -336,7 +416,16 @@ impl Region {
     /// a period to be sent).
     fn target(&mut self, now: u64) -> u64 {
         let horizon = (self.rtt_us + self.settings.period_us as f64) / 1e6;
-        (self.demand.per_s(now) * 3.0 * horizon).ceil() as u64
+        let rate = (self.demand.per_s(now) * 3.0 * horizon).ceil() as u64;
+        // Requests dearer than what that holds (a reservation's estimate, a priced call) need
+        // room for two, or a quiet region could never admit one (requests of one unit keep
+        // the rate's target: one refused asks for one).
+        let (big, at) = self.largest;
+        if big > 1 && now.saturating_sub(at) <= LARGEST_FOR_US {
+            rate.max(2 * big)
+        } else {
+            rate
+        }
     }
 
     /// The refill task, run when due: an ask (or a heartbeat) to send, or `None` (not due, or
@@ -384,7 +473,7 @@ impl Region {
             next,
             last_answer: self.last_answer,
             held: self.granted,
-            excess: [(0, 0); 2],
+            excess: self.excess,
         };
         self.given_back = 0;
         Some(ask)

@@ -393,3 +393,17 @@ fn a_settle_s_excess_is_counted_by_home_once() {
     );
     assert_eq!(g.units, 98, "the debt comes off what is left");
 }
+
+#[test]
+fn a_quiet_region_asks_for_room_for_two_dear_requests() {
+    let mut r = Region::new(0, settings(100_000), 10_000, 0);
+    // A reservation of 4,096 tokens, refused for want of a lease: the rate it makes (about
+    // 1,500 units over three round trips and periods) would never hold one.
+    assert_eq!(r.admit(4_096, 1_000), Admit::Refused);
+    let ask = r.tick(2_000).expect("an ask");
+    assert!(ask.want >= 2 * 4_096, "room for two: {ask:?}");
+    // Two seconds on, a request of one unit asks by the rate again.
+    assert_eq!(r.admit(1, 2_500_000), Admit::Refused);
+    let later = r.tick(2_600_000).expect("an ask");
+    assert!(later.want < 4_096, "{later:?}");
+}

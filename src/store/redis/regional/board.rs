@@ -51,6 +51,8 @@ pub struct LeaseView {
     /// Units admitted and refused here since the last flush (the refill task's demand).
     pub admitted: AtomicU64,
     pub refused: AtomicU64,
+    /// The largest cost of one request since the last flush (the lease holds two of them).
+    pub largest: AtomicU64,
     /// What the refill task last heard from home (this instance's, if it holds the lock):
     /// the authority's issued count, and when.
     pub issued: Mutex<Option<(u64, Instant)>>,
@@ -215,6 +217,7 @@ impl Board {
                 continue;
             };
             let lease = self.lease(&g.id);
+            lease.largest.fetch_max(c.cost, Ordering::Relaxed);
             match o.allowed {
                 true => lease.admitted.fetch_add(c.cost, Ordering::Relaxed),
                 // A refused check (cost 0) is demand too.

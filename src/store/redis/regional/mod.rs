@@ -13,6 +13,7 @@ pub mod error;
 pub mod home;
 pub mod inner;
 pub mod moving;
+pub mod pool;
 pub mod refill;
 
 use std::collections::HashMap;

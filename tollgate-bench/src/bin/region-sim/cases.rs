@@ -3,7 +3,7 @@
 
 use tollgate::algorithm::global::terms::{Kind, OnPartition};
 
-use crate::{Case, Demand, Failure, Strategy, S};
+use crate::{Case, Cost, Demand, Failure, Strategy, S};
 
 /// Every case, in the order they print.
 pub fn all() -> Vec<Case> {
@@ -46,6 +46,7 @@ pub fn all() -> Vec<Case> {
                         demand: d,
                         failure: Failure::None,
                         strategy,
+                        cost: Cost::Unit,
                     });
                 }
             }
@@ -114,6 +115,7 @@ pub fn all() -> Vec<Case> {
                         demand: Demand::Uniform,
                         failure: f,
                         strategy,
+                        cost: Cost::Unit,
                     });
                 }
             }
@@ -136,11 +138,65 @@ pub fn all() -> Vec<Case> {
                 demand: d,
                 failure: Failure::None,
                 strategy,
+                cost: Cost::Unit,
             });
         }
     }
     cases.extend(grid());
+    cases.extend(budgets());
     cases
+}
+
+/// Budgets: money (each request 1 to 2,000 µUSD) and reservations (100 reserved, settled at
+/// 50 or 150 two seconds later: the excess lands past the lease, and home counts it), on
+/// minute windows, five regions without failures and three with the farthest cut off.
+fn budgets() -> Vec<Case> {
+    let mut out = Vec::new();
+    let costs = [
+        (
+            "money 10000000/60 s (1-2000 a request)",
+            10_000_000,
+            Cost::Money { max: 2_000 },
+        ),
+        (
+            "reservations 100000/60 s (100 reserved, 50 or 150 used)",
+            100_000,
+            Cost::Reserve {
+                estimate: 100,
+                after_ms: 2_000,
+            },
+        ),
+    ];
+    for (name, limit, cost) in costs {
+        let kind = Kind::Window {
+            limit,
+            window_us: 60 * S,
+            calendar: None,
+        };
+        for d in [Demand::Uniform, Demand::Skewed] {
+            out.push(Case {
+                name: format!("{name}, 5 regions, {d:?}, Leases"),
+                rtts_ms: vec![1, 20, 80, 150, 200],
+                kind,
+                on_partition: OnPartition::SafeShare(0.05),
+                demand: d,
+                failure: Failure::None,
+                strategy: Strategy::Leases,
+                cost,
+            });
+        }
+        out.push(Case {
+            name: format!("{name}, 3 regions, Partition, SafeShare(0.05), Leases"),
+            rtts_ms: vec![1, 60, 200],
+            kind,
+            on_partition: OnPartition::SafeShare(0.05),
+            demand: Demand::Uniform,
+            failure: Failure::Partition,
+            strategy: Strategy::Leases,
+            cost,
+        });
+    }
+    out
 }
 
 /// Where leases meet the targets and where they do not: five regions up to 200 ms from home,
@@ -164,6 +220,7 @@ fn grid() -> Vec<Case> {
                     demand: d,
                     failure: Failure::None,
                     strategy: Strategy::Leases,
+                    cost: Cost::Unit,
                 });
             }
         }

@@ -55,6 +55,28 @@ enum Strategy {
     SharedRedis,
 }
 
+/// What a request costs.
+#[derive(Clone, Copy, Debug)]
+enum Cost {
+    /// One unit.
+    Unit,
+    /// Money: 1 to `max` units (µUSD), at random.
+    Money { max: u64 },
+    /// A reservation of `estimate` units, settled `after_ms` later at half or one and a half
+    /// of it, in turn (the excess lands past the lease, and the region reports it to home).
+    Reserve { estimate: u64, after_ms: u64 },
+}
+
+impl Cost {
+    fn mean(self) -> f64 {
+        match self {
+            Cost::Unit => 1.0,
+            Cost::Money { max } => (max as f64 + 1.0) / 2.0,
+            Cost::Reserve { estimate, .. } => estimate as f64,
+        }
+    }
+}
+
 struct Case {
     name: String,
     rtts_ms: Vec<u64>,
@@ -63,6 +85,7 @@ struct Case {
     demand: Demand,
     failure: Failure,
     strategy: Strategy,
+    cost: Cost,
 }
 
 /// The demand of region `r` at `t` of a run of `run` µs, per second.
@@ -186,6 +209,16 @@ fn run(c: &Case) -> (Tally, u64) {
     let mut net: Vec<InFlight> = Vec::new();
     let mut history: VecDeque<Authority> = VecDeque::new();
     let mut carry = vec![0.0f64; n];
+    // Settles due: when, the region, the window reserved in, and the units more (or fewer).
+    let mut settles: VecDeque<(u64, usize, u64, i64)> = VecDeque::new();
+    let mut reserved = 0u64;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
     let mut t = Tally {
         per_ms: Vec::with_capacity((run / MS) as usize),
         ..Tally::default()
@@ -308,12 +341,26 @@ fn run(c: &Case) -> (Tally, u64) {
                 (refill(home_tokens), refill(reference), refill(ideal));
             tokens.iter_mut().for_each(|x| *x = (*x + add).min(cap));
         }
+        // Settles: what landed past a reservation (or came back), in the window it lands in.
+        while settles.front().is_some_and(|s| s.0 <= now) {
+            let (_, r, w, extra) = settles.pop_front().unwrap();
+            regions[r].settled(w, extra, clock(r, now));
+            if extra > 0 || w == now / window_us {
+                window_admitted = window_admitted.saturating_add_signed(extra);
+                t.admitted = t.admitted.saturating_add_signed(extra);
+            }
+        }
         // Requests.
         let mut this_ms = 0u32;
         for r in 0..n {
-            carry[r] += demand(c, total, r, now, run, at) / 1000.0;
+            carry[r] += demand(c, total, r, now, run, at) / 1000.0 / c.cost.mean();
             while carry[r] >= 1.0 {
                 carry[r] -= 1.0;
+                let cost = match c.cost {
+                    Cost::Unit => 1,
+                    Cost::Money { max } => 1 + rand() % max,
+                    Cost::Reserve { estimate, .. } => estimate,
+                };
                 t.requests += 1;
                 if c.strategy == Strategy::SharedRedis {
                     t.authority_calls += 1;
@@ -327,7 +374,7 @@ fn run(c: &Case) -> (Tally, u64) {
                     ideal_admitted += 1;
                 }
                 let ok = match c.strategy {
-                    Strategy::Leases => regions[r].admit(1, clock(r, now)) != Admit::Refused,
+                    Strategy::Leases => regions[r].admit(cost, clock(r, now)) != Admit::Refused,
                     Strategy::StaticSplit | Strategy::Independent => match c.kind {
                         Kind::Window { .. } => {
                             let cap = if split { limit / n as u64 } else { limit };
@@ -352,10 +399,21 @@ fn run(c: &Case) -> (Tally, u64) {
                         ok
                     }
                 };
+                if let (true, Cost::Reserve { estimate, after_ms }) = (ok, c.cost) {
+                    reserved += 1;
+                    let half = (estimate / 2) as i64;
+                    let extra = if reserved.is_multiple_of(2) {
+                        half
+                    } else {
+                        -half
+                    };
+                    let w = regions[r].window_index();
+                    settles.push_back((now + after_ms * MS, r, w, extra));
+                }
                 if ok {
-                    t.admitted += 1;
-                    window_admitted += 1;
-                    this_ms += 1;
+                    t.admitted += cost;
+                    window_admitted += cost;
+                    this_ms += cost as u32;
                     reference -= 1.0;
                     lowest = lowest.min(reference);
                 } else if let Kind::Window { .. } = c.kind {
