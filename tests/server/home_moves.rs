@@ -19,6 +19,7 @@ use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitResponse;
 
 use super::global_regions::{admitted_by_window, now_us, paced, regions_alone};
+use super::three_regions::safe_windows;
 use crate::support::binary::{Binary, Start, BIN};
 use crate::support::delay::DelayProxy;
 use crate::support::redis::{cli_on, RedisServer};
@@ -71,20 +72,6 @@ fn authority(port: u16) -> serde_json::Value {
     let key = cli_on(port, &["--scan", "--pattern", "*|authority"]);
     let key = key.lines().next().expect("an authority key").to_string();
     serde_json::from_str(&cli_on(port, &["GET", &key])).expect("the authority's state")
-}
-
-fn safe_share_windows(port: u16) -> Vec<String> {
-    let mut out = Vec::new();
-    for pool in cli_on(port, &["--scan", "--pattern", "*|pool"]).lines() {
-        let fields = cli_on(port, &["HKEYS", pool]);
-        out.extend(
-            fields
-                .lines()
-                .filter(|f| f.starts_with("s:"))
-                .map(String::from),
-        );
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -220,7 +207,7 @@ async fn home_moves_without_granting_a_window_twice() {
         "after the rollout the new home grants the limit: {after:?}; {report}"
     );
     for port in [eu_redis, us_redis] {
-        let safe = safe_share_windows(port);
+        let safe = safe_windows(port);
         assert!(
             safe.is_empty(),
             "no region counted itself cut off during the move: {safe:?}; {report}"

@@ -86,7 +86,7 @@ async fn load(
 }
 
 /// The safe-share windows (`s:<window>`) in a region's pool.
-fn safe_windows(port: u16) -> Vec<String> {
+pub(super) fn safe_windows(port: u16) -> Vec<String> {
     let mut out = Vec::new();
     for pool in cli_on(port, &["--scan", "--pattern", "*|pool"]).lines() {
         let fields = cli_on(port, &["HKEYS", pool]);

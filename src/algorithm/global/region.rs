@@ -109,6 +109,22 @@ pub struct Region {
     largest: (u64, u64),
 }
 
+/// The slot of `window` among two `(window, units)` counts: its own, else an empty one, else
+/// the older window's, made room for it.
+fn slot_for(counts: &mut [(u64, u64); 2], window: u64) -> usize {
+    if let Some(i) = counts.iter().position(|&(w, _)| w == window) {
+        return i;
+    }
+    let [(w0, u0), (w1, u1)] = *counts;
+    let i = if u0 == 0 || (u1 > 0 && w0 <= w1) {
+        0
+    } else {
+        1
+    };
+    counts[i] = (window, 0);
+    i
+}
+
 /// What [`Region::admit`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
@@ -157,20 +173,7 @@ impl Region {
 
     /// Counts `units` granted (negative: given back) for `window` in [`Region::granted`].
     fn hold(&mut self, window: u64, units: i64) {
-        let slot = match self.granted.iter().position(|&(w, _)| w == window) {
-            Some(i) => i,
-            None => {
-                // An empty slot, else the older window's, makes room.
-                let [(w0, u0), (w1, u1)] = self.granted;
-                let i = if u0 == 0 || (u1 > 0 && w0 <= w1) {
-                    0
-                } else {
-                    1
-                };
-                self.granted[i] = (window, 0);
-                i
-            }
-        };
+        let slot = slot_for(&mut self.granted, window);
         let (w, u) = self.granted[slot];
         self.granted[slot] = (w, u.saturating_add_signed(units));
     }
@@ -345,20 +348,7 @@ impl Region {
         if need == 0 {
             return;
         }
-        let slot = match self.excess.iter().position(|&(w, _)| w == window) {
-            Some(i) => i,
-            None => {
-                // An empty slot, else the older window's.
-                let [(w0, u0), (w1, u1)] = self.excess;
-                let i = if u0 == 0 || (u1 > 0 && w0 <= w1) {
-                    0
-                } else {
-                    1
-                };
-                self.excess[i] = (window, 0);
-                i
-            }
-        };
+        let slot = slot_for(&mut self.excess, window);
         self.excess[slot].1 += need;
     }
 
