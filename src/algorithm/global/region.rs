@@ -324,7 +324,7 @@ impl Region {
             // lapses with the window as this region knows it).
             let back = extra.unsigned_abs();
             match self.chunks.iter_mut().find(live) {
-                Some(c) => c.units += back,
+                Some(c) => c.units = c.units.saturating_add(back),
                 None if window == self.window_index => {
                     if let Some(end) = self.window_end.filter(|&e| e > now) {
                         self.chunks.push(Chunk {
@@ -412,7 +412,7 @@ impl Region {
         // the rate's target: one refused asks for one).
         let (big, at) = self.largest;
         if big > 1 && now.saturating_sub(at) <= LARGEST_FOR_US {
-            rate.max(2 * big)
+            rate.max(big.saturating_mul(2))
         } else {
             rate
         }
