@@ -14,6 +14,7 @@ A script's layout is read from its `local CALL_NUMBERS, ...` line, so a script f
 slot id joined the call's numbers (5 of them) runs the scenarios it knows; the others are n/a.
 
   python3 scripts/script-cpu.py target/release/tollgate.lua [OTHER.lua ...] [--rounds 3] [--calls 40000]
+      [--only 'token bucket']   (only the scenarios whose name holds the text)
 
 (target/release/tollgate.lua is lua/decide/ as build.rs joins it: `cargo build --release`.)
 
@@ -193,6 +194,8 @@ def main():
     ap.add_argument("scripts", nargs="+")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=40_000)
+    ap.add_argument("--only", default="",
+                    help="run only the scenarios whose name holds this text (e.g. 'token bucket')")
     a = ap.parse_args()
     port = free_port()
     work = tempfile.mkdtemp(prefix="script-cpu.")
@@ -217,6 +220,8 @@ def main():
         print("|---|" + "---|" * len(a.scripts))
         layouts = [call_numbers(p) for p in a.scripts]
         for name, scenario in SCENARIOS.items():
+            if a.only not in name:
+                continue
             results = [[] for _ in a.scripts]
             for _ in range(a.rounds):
                 for i, sha in enumerate(shas):

@@ -35,6 +35,39 @@ impl Fault {
         Fault::XdsUpdate,
     ];
 
+    /// The faults `names` lists (a comma-separated list of each one's `word`), all when `None`.
+    /// Panics on an unknown name, listing the known ones.
+    pub fn chosen(names: Option<&str>) -> &'static [Fault] {
+        let Some(names) = names.filter(|n| !n.trim().is_empty()) else {
+            return &Fault::ALL;
+        };
+        let picked: Vec<Fault> = names
+            .split(',')
+            .map(|n| {
+                Fault::ALL
+                    .into_iter()
+                    .find(|f| f.word() == n.trim())
+                    .unwrap_or_else(|| {
+                        let known: Vec<&str> = Fault::ALL.iter().map(|f| f.word()).collect();
+                        panic!("TOLLGATE_SOAK_FAULTS: no fault {n:?} (known: {known:?})")
+                    })
+            })
+            .collect();
+        Vec::leak(picked)
+    }
+
+    /// The fault's one word in `TOLLGATE_SOAK_FAULTS`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Fault::KillPrimary => "killed",
+            Fault::PartitionPrimary => "partitioned",
+            Fault::PausePrimary => "paused",
+            Fault::RestartEmpty => "restarted",
+            Fault::ConfigReload => "reload",
+            Fault::XdsUpdate => "xds",
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Fault::KillPrimary => "primary killed",

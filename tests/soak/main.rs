@@ -24,7 +24,9 @@
 //!
 //! `cargo test --release --test soak -- --nocapture` runs the short form (every fault once,
 //! about 4 minutes; CI runs it). `TOLLGATE_SOAK_MINUTES=60` runs the long form (a fault every
-//! minute), which `scripts/soak.sh` wraps; the table it prints is in RELIABILITY.md. Needs
+//! minute), which `scripts/soak.sh` wraps; the table it prints is in RELIABILITY.md.
+//! `TOLLGATE_SOAK_FAULTS` names the faults to strike, in turn (comma-separated words of
+//! `Fault::word`: killed, partitioned, paused, restarted, reload, xds; default: all). Needs
 //! root and iptables, as tests/partition does.
 
 #[path = "../support/mod.rs"]
@@ -45,10 +47,13 @@ use load::Tally;
 pub struct Shape {
     pub period: Duration,
     pub periods: usize,
+    /// The faults struck in turn: every one, or those `TOLLGATE_SOAK_FAULTS` names.
+    pub faults: &'static [Fault],
 }
 
 impl Shape {
     fn from_env() -> Shape {
+        let faults = Fault::chosen(std::env::var("TOLLGATE_SOAK_FAULTS").ok().as_deref());
         match std::env::var("TOLLGATE_SOAK_MINUTES")
             .ok()
             .and_then(|m| m.parse::<u64>().ok())
@@ -56,10 +61,12 @@ impl Shape {
             Some(minutes) => Shape {
                 period: Duration::from_secs(60),
                 periods: minutes.max(1) as usize,
+                faults,
             },
             None => Shape {
                 period: Duration::from_secs(30),
-                periods: Fault::ALL.len(),
+                periods: faults.len(),
+                faults,
             },
         }
     }
@@ -87,10 +94,11 @@ fn soak_with_every_feature_under_faults() {
         let mut samples = Vec::new();
         println!("{}", fleet::TABLE_HEAD);
         for p in 0..shape.periods {
-            let fault = Fault::ALL[p % Fault::ALL.len()];
+            let fault = shape.faults[p % shape.faults.len()];
             let tally = fleet.period(p, fault).await;
             let sample = support::kit::blocking(|| fleet.sample());
             println!("{}", tally.row(p, fault, &sample));
+            eprintln!("period {p}: threads A / B / X / C {:?}", sample.threads);
             samples.push(sample);
             rows.push((p, fault, tally));
         }
