@@ -30,6 +30,8 @@ WORKDIR /build
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY tollgate-bench/Cargo.toml ./tollgate-bench/
 COPY proto ./proto
+# fred, patched (vendor/README.md): Cargo.toml's [patch.crates-io] builds it.
+COPY vendor ./vendor
 RUN mkdir -p src benches tollgate-bench/src \
     && echo 'fn main() {}' > src/main.rs \
     && echo '' > src/lib.rs \

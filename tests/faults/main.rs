@@ -2,7 +2,8 @@
 //! here on free loopback ports) while real tollgate servers run in-process and real gRPC/HTTP
 //! clients call them: script caches flushed mid-traffic, a primary killed (replica failover),
 //! a full outage under each failure policy, startup while Redis is down, and a whole cluster
-//! going away and coming back. tollgate is never restarted; every wait is bounded.
+//! going away and coming back, and fred's router given a command it cannot route. tollgate is
+//! never restarted; every wait is bounded.
 //!
 //! Measured times are printed (run with `--nocapture` to see them).
 
@@ -10,6 +11,7 @@
 mod support;
 
 mod durability;
+mod fred_routing;
 mod log_lines;
 mod matrix;
 mod pause;
