@@ -21,11 +21,11 @@ use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::rate_limit_service_client::RateLimitServiceClient;
 use tollgate::pb::rls::RateLimitResponse;
 
-use super::global_regions::{now_us, regions_alone};
-use crate::support::binary::{Binary, Start, BIN};
+use super::global_regions::{now_us, region_logs, regions_alone, start_regions, RegionSpec};
+use crate::support::binary::Binary;
 use crate::support::delay::DelayProxy;
 use crate::support::redis::{cli_on, RedisServer};
-use crate::support::server::{descriptor, http_client, ports, request, TempConfig};
+use crate::support::server::{descriptor, http_client, request, TempConfig};
 
 /// 10 USD a day, in µUSD.
 const BUDGET: u64 = 10_000_000;
@@ -191,53 +191,24 @@ async fn a_daily_money_budget_across_regions_counts_every_settle_at_home() {
     let home = redis[0].port();
     let proxy = DelayProxy::start("127.0.0.1", home, Duration::from_millis(40)).await;
     let config = TempConfig::new(CONFIG);
-    let mut tollgates = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let [grpc, http] = ports::<2>();
-        let mut args: Vec<String> = [
-            "serve",
-            "--config",
-            config.path.to_str().expect("utf-8 path"),
-            "--grpc-addr",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-addr",
-            &format!("127.0.0.1:{http}"),
-            "--redis-url",
-            &redis[i].url(),
-            "--region",
-            name,
-        ]
+    let specs: Vec<RegionSpec> = names
         .iter()
-        .map(|s| s.to_string())
+        .enumerate()
+        .map(|(i, name)| RegionSpec {
+            name,
+            config: &config,
+            redis_url: redis[i].url(),
+            extra: match i {
+                1 => vec![
+                    "--region-redis".into(),
+                    format!("eu=redis://127.0.0.1:{}", proxy.port),
+                ],
+                _ => Vec::new(),
+            },
+        })
         .collect();
-        if i == 1 {
-            args.push("--region-redis".into());
-            args.push(format!("eu=redis://127.0.0.1:{}", proxy.port));
-        }
-        let program = std::env::var("TOLLGATE_THREE_REGIONS_BIN").unwrap_or_else(|_| BIN.into());
-        tollgates.push(
-            Binary::start(Start {
-                program: std::path::Path::new(&program),
-                args,
-                env: Vec::new(),
-                clear_env: true,
-                grpc_port: grpc,
-                http_port: http,
-                log_path: Some(config.dir.join(format!("{name}.log"))),
-            })
-            .await,
-        );
-    }
-    for t in &mut tollgates {
-        t.wait_ready().await;
-    }
-    let logs = |tollgates: &[Binary]| {
-        names
-            .iter()
-            .zip(tollgates)
-            .map(|(n, t)| format!("{n} log:\n{}\n", t.log()))
-            .collect::<String>()
-    };
+    let tollgates = start_regions(&specs).await;
+    let logs = |tollgates: &[Binary]| region_logs(&names, tollgates);
     let day = kiritimati_day().index(now_us());
 
     // Eight callers a region until the budget is spent (about 1,000 calls in all), and on.

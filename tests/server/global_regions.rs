@@ -78,6 +78,69 @@ pub(super) async fn regions_alone() -> tokio::sync::MutexGuard<'static, ()> {
     ALONE.lock().await
 }
 
+/// One region's instance for [`start_regions`]: its name, config file and Redis, and its
+/// flags past the common ones (`--region-redis`, `--config-reload-interval`).
+pub(super) struct RegionSpec<'a> {
+    pub name: &'a str,
+    pub config: &'a TempConfig,
+    pub redis_url: String,
+    pub extra: Vec<String>,
+}
+
+/// Starts one tollgate per region on loopback ports (`serve --config … --redis-url …
+/// --region NAME` and its extra flags), each one's log beside its config, and waits until every
+/// one is ready. `TOLLGATE_THREE_REGIONS_BIN` runs another build (an older release, to see a
+/// test fail on it).
+pub(super) async fn start_regions(specs: &[RegionSpec<'_>]) -> Vec<Binary> {
+    let program = std::env::var("TOLLGATE_THREE_REGIONS_BIN").unwrap_or_else(|_| BIN.into());
+    let mut tollgates = Vec::new();
+    for spec in specs {
+        let [grpc, http] = ports::<2>();
+        let mut args: Vec<String> = [
+            "serve",
+            "--config",
+            spec.config.path.to_str().expect("utf-8 path"),
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-addr",
+            &format!("127.0.0.1:{http}"),
+            "--redis-url",
+            &spec.redis_url,
+            "--region",
+            spec.name,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(spec.extra.iter().cloned());
+        tollgates.push(
+            Binary::start(Start {
+                program: std::path::Path::new(&program),
+                args,
+                env: Vec::new(),
+                clear_env: true,
+                grpc_port: grpc,
+                http_port: http,
+                log_path: Some(spec.config.dir.join(format!("{}.log", spec.name))),
+            })
+            .await,
+        );
+    }
+    for t in &mut tollgates {
+        t.wait_ready().await;
+    }
+    tollgates
+}
+
+/// Every instance's log, under its region's name.
+pub(super) fn region_logs(names: &[&str], tollgates: &[Binary]) -> String {
+    names
+        .iter()
+        .zip(tollgates)
+        .map(|(n, t)| format!("{n} log:\n{}\n", t.log()))
+        .collect()
+}
+
 /// Sends `per_s(elapsed)` requests a second for `llm`'s `provider=openai` to `url` until
 /// `until` after `start`, each on a task of its own; `answered` gets each answer with when it
 /// was sent (µs since the epoch) and how long it took.

@@ -18,12 +18,14 @@ use std::time::{Duration, Instant};
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitResponse;
 
-use super::global_regions::{admitted_by_window, now_us, paced, regions_alone};
+use super::global_regions::{
+    admitted_by_window, now_us, paced, region_logs, regions_alone, start_regions, RegionSpec,
+};
 use super::three_regions::safe_windows;
-use crate::support::binary::{Binary, Start, BIN};
+use crate::support::binary::{Binary, BIN};
 use crate::support::delay::DelayProxy;
 use crate::support::redis::{cli_on, RedisServer};
-use crate::support::server::{ports, TempConfig};
+use crate::support::server::TempConfig;
 
 const LIMIT: u64 = 300;
 const WINDOW_US: u64 = 2_000_000;
@@ -86,53 +88,26 @@ async fn home_moves_without_granting_a_window_twice() {
         TempConfig::new(&config("eu")),
         TempConfig::new(&config("eu")),
     ];
-    let mut tollgates = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let [grpc, http] = ports::<2>();
-        let other = [("us", to_us.port), ("eu", to_eu.port)][i];
-        let args: Vec<String> = [
-            "serve",
-            "--config",
-            configs[i].path.to_str().expect("utf-8 path"),
-            "--config-reload-interval",
-            "200ms",
-            "--grpc-addr",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-addr",
-            &format!("127.0.0.1:{http}"),
-            "--redis-url",
-            &redis[i].url(),
-            "--region",
-            name,
-            "--region-redis",
-            &format!("{}=redis://127.0.0.1:{}", other.0, other.1),
-        ]
+    let specs: Vec<RegionSpec> = names
         .iter()
-        .map(|s| s.to_string())
+        .enumerate()
+        .map(|(i, name)| {
+            let other = [("us", to_us.port), ("eu", to_eu.port)][i];
+            RegionSpec {
+                name,
+                config: &configs[i],
+                redis_url: redis[i].url(),
+                extra: vec![
+                    "--config-reload-interval".into(),
+                    "200ms".into(),
+                    "--region-redis".into(),
+                    format!("{}=redis://127.0.0.1:{}", other.0, other.1),
+                ],
+            }
+        })
         .collect();
-        tollgates.push(
-            Binary::start(Start {
-                program: std::path::Path::new(BIN),
-                args,
-                env: Vec::new(),
-                clear_env: true,
-                grpc_port: grpc,
-                http_port: http,
-                log_path: Some(configs[i].dir.join(format!("{name}.log"))),
-            })
-            .await,
-        );
-    }
-    for t in &mut tollgates {
-        t.wait_ready().await;
-    }
-    let logs = |tollgates: &[Binary]| {
-        names
-            .iter()
-            .zip(tollgates)
-            .map(|(n, t)| format!("{n} log:\n{}\n", t.log()))
-            .collect::<String>()
-    };
+    let tollgates = start_regions(&specs).await;
+    let logs = |tollgates: &[Binary]| region_logs(&names, tollgates);
 
     tokio::time::sleep(Duration::from_micros(WINDOW_US - now_us() % WINDOW_US)).await;
     let begin = Instant::now();

@@ -26,11 +26,13 @@ use std::time::{Duration, Instant};
 use tollgate::pb::rls::rate_limit_response::Code;
 use tollgate::pb::rls::RateLimitResponse;
 
-use super::global_regions::{admitted_by_window, now_us, paced, regions_alone};
-use crate::support::binary::{Binary, Start, BIN};
+use super::global_regions::{
+    admitted_by_window, now_us, paced, region_logs, regions_alone, start_regions, RegionSpec,
+};
+use crate::support::binary::Binary;
 use crate::support::delay::DelayProxy;
 use crate::support::redis::{cli_on, RedisServer};
-use crate::support::server::{http_client, ports, TempConfig};
+use crate::support::server::{http_client, TempConfig};
 
 const LIMIT: u64 = 300;
 const WINDOW_US: u64 = 2_000_000;
@@ -109,56 +111,24 @@ async fn three_regions_one_far_hold_every_promise() {
     let us_proxy = DelayProxy::start("127.0.0.1", home, Duration::from_millis(40)).await;
     let ap_proxy = DelayProxy::start("127.0.0.1", home, Duration::from_millis(100)).await;
     let config = TempConfig::new(CONFIG);
-    let program = std::env::var("TOLLGATE_THREE_REGIONS_BIN").unwrap_or_else(|_| BIN.into());
-    let mut tollgates = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let [grpc, http] = ports::<2>();
-        let mut args: Vec<String> = [
-            "serve",
-            "--config",
-            config.path.to_str().expect("utf-8 path"),
-            "--grpc-addr",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-addr",
-            &format!("127.0.0.1:{http}"),
-            "--redis-url",
-            &redis[i].url(),
-            "--region",
-            name,
-        ]
+    let specs: Vec<RegionSpec> = names
         .iter()
-        .map(|s| s.to_string())
+        .enumerate()
+        .map(|(i, name)| RegionSpec {
+            name,
+            config: &config,
+            redis_url: redis[i].url(),
+            extra: match [None, Some(us_proxy.port), Some(ap_proxy.port)][i] {
+                Some(port) => vec![
+                    "--region-redis".into(),
+                    format!("eu=redis://127.0.0.1:{port}"),
+                ],
+                None => Vec::new(),
+            },
+        })
         .collect();
-        let proxy = [None, Some(us_proxy.port), Some(ap_proxy.port)][i];
-        if let Some(port) = proxy {
-            args.push("--region-redis".into());
-            args.push(format!("eu=redis://127.0.0.1:{port}"));
-        }
-        tollgates.push(
-            Binary::start(Start {
-                // TOLLGATE_THREE_REGIONS_BIN runs another build (an older release, to see
-                // this test fail on it).
-                program: std::path::Path::new(&program),
-                args,
-                env: Vec::new(),
-                clear_env: true,
-                grpc_port: grpc,
-                http_port: http,
-                log_path: Some(config.dir.join(format!("{name}.log"))),
-            })
-            .await,
-        );
-    }
-    for t in &mut tollgates {
-        t.wait_ready().await;
-    }
-    let log = |tollgates: &[Binary]| {
-        names
-            .iter()
-            .zip(tollgates)
-            .map(|(n, t)| format!("{n} log:\n{}\n", t.log()))
-            .collect::<String>()
-    };
+    let mut tollgates = start_regions(&specs).await;
+    let log = |tollgates: &[Binary]| region_logs(&names, tollgates);
 
     // Start on a window's boundary.
     tokio::time::sleep(Duration::from_micros(WINDOW_US - now_us() % WINDOW_US)).await;
