@@ -4,7 +4,8 @@
 //! Instance A runs `--old`, instance B `--new`, on the same Redis and key prefix. Callers race
 //! on limits of every kind through both (fixed, sliding, bucket and calendar windows, a tenant
 //! limit under a shared pool, a concurrency cap, reservations, class shares, a fair share, a
-//! money budget, a token bucket that holds answers with `max_wait`); then A is drained and
+//! money budget, a token bucket that holds answers with `max_wait`, a global limit whose home
+//! is the instances' own region); then A is drained and
 //! replaced by `--new` on the same ports, mid-window, and the callers go on. What each limit
 //! admitted in all is checked against what one release alone would admit:
 //!
@@ -13,6 +14,8 @@
 //! - a slot held or a reservation made on one release is released or settled on the other,
 //!   and what that frees is exactly what the next callers get;
 //! - the fair share's active tenants are counted once across both releases;
+//! - the global limit admits at most its limit, from the authority and the region's lease both
+//!   releases read and write (its state JSON, the pool's fields);
 //! - no call fails (the drained instance gets no calls; a call answered with an error, by
 //!   either release, fails the run).
 //!
@@ -106,7 +109,23 @@ descriptors:
     rate_limit: {name: daily-spend, unit: day, spend: 0.01}
   - key: wait
     rate_limit: {unit: second, requests_per_unit: 20, algorithm: token_bucket, max_wait: 400ms}
+  - key: global
+    rate_limit:
+      {name: global-day, unit: day, requests_per_unit: GLOBAL_LIMIT, shared: true,
+       global: {home: REGION, regions: [REGION]}}
 ";
+
+/// The region both instances name (`--region`): home to the global limit.
+const REGION: &str = "home";
+/// The global limit's requests a day; each half of the run asks it for three quarters.
+const GLOBAL_LIMIT: u64 = 400;
+
+/// The config file, its global limit filled in.
+fn config() -> String {
+    CONFIG
+        .replace("GLOBAL_LIMIT", &GLOBAL_LIMIT.to_string())
+        .replace("REGION", REGION)
+}
 
 /// Keys per window kind, and each one's limit.
 const WINDOW_KEYS: u64 = 6;
@@ -180,6 +199,7 @@ impl Instance {
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
             .args(["--http-addr", &format!("127.0.0.1:{http}")])
             .args(["--redis-url", &args.redis_url])
+            .args(["--region", REGION])
             // Both releases get the same generous deadline: this run is about what they
             // count, not about a busy box's latency.
             .args(["--redis-timeout", "2s"])
@@ -538,7 +558,28 @@ fn window_ops(half: usize) -> Vec<(String, Op)> {
     for _ in 0..60 {
         ops.push(decide("wait", "wait".into(), &[("wait", "w")], 1));
     }
+    for _ in 0..GLOBAL_LIMIT * 3 / 4 {
+        ops.push(decide("global", "global".into(), &[("global", "g")], 1));
+    }
     ops
+}
+
+/// One global call at a time through A and B in turn until each has admitted one (a lease
+/// has reached the region), for at most 10 s; every answer.
+async fn warm_global(fleet: &Fleet) -> Vec<(String, Answer)> {
+    let mut answers = Vec::new();
+    let mut admitted = [false; 2];
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut i = 0;
+    while admitted != [true, true] && Instant::now() < until {
+        let (name, op) = decide("global", "global".into(), &[("global", "g")], 1);
+        let answer = fleet.call(&op, Some(i % 2)).await;
+        admitted[i % 2] |= answer.ok;
+        answers.push((name, answer));
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    answers
 }
 
 fn slot_d() -> Vec<RateLimitDescriptor> {
@@ -610,7 +651,7 @@ fn counter_used(json: &serde_json::Value, name: &str) -> Option<u64> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.work)?;
-    std::fs::write(args.work.join("upgrade.yaml"), CONFIG)?;
+    std::fs::write(args.work.join("upgrade.yaml"), config())?;
     away_from_midnight().await;
     let a = Arc::new(Instance::start("a-old", &args.old, &args, None)?);
     let b = Arc::new(Instance::start("b-new", &args.new, &args, None)?);
@@ -621,8 +662,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         next: AtomicU64::new(0),
         errors: Mutex::new(Vec::new()),
     });
-    let started = Instant::now();
     let mut f = Findings::default();
+    // The global limit's region holds no lease until its refill task has asked home: ask
+    // through both releases until each has admitted one, so both halves race on leases.
+    let warm = warm_global(&fleet).await;
+    let started = Instant::now();
 
     // Before the replacement: both releases race.
     let mut ops = window_ops(0);
@@ -719,7 +763,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
-    let both: Vec<(String, Answer)> = first.into_iter().chain(second).collect();
+    let halves = (admitted(&first, "global"), admitted(&second, "global"));
+    let warmed = admitted(&warm, "global");
+    let both: Vec<(String, Answer)> = warm.into_iter().chain(first).chain(second).collect();
     for kind in ["fixed", "sliding", "bucket", "calendar"] {
         for k in 0..WINDOW_KEYS {
             let name = format!("{kind}:k{k}");
@@ -781,6 +827,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         waited <= most,
         waited,
         &format!("want at most {most}"),
+    );
+    // A global limit's region spends leases of the authority's limit: never more than it, and
+    // (the authority on the same Redis) some of it in each half.
+    let global = admitted(&both, "global");
+    f.check(
+        "a global limit of 400, its home this region",
+        global <= GLOBAL_LIMIT && halves.0 > 0 && halves.1 > 0,
+        format!(
+            "{global} ({warmed} while its lease came, {} before the replacement, {} after)",
+            halves.0, halves.1
+        ),
+        "want at most 400, some in each half",
     );
     let errors = fleet.errors.lock().clone();
     f.check(
