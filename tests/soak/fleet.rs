@@ -179,10 +179,26 @@ async fn start_instance(name: &str, dir: &Path, extra: Vec<String>) -> Binary {
         "--http-addr".into(),
         format!("127.0.0.1:{http}"),
     ]);
+    // `TOLLGATE_SOAK_B_BIN` runs instance B from another build and `TOLLGATE_SOAK_B_ENV`
+    // (`K=V;K=V`) adds to its environment: a heap profiler's preload, on a build with
+    // `--features system-allocator` (RELIABILITY.md, "Where memory goes").
+    let b = name == "b";
+    let program = match std::env::var("TOLLGATE_SOAK_B_BIN") {
+        Ok(bin) if b => bin,
+        _ => BIN.to_string(),
+    };
+    let env: Vec<(String, String)> = match std::env::var("TOLLGATE_SOAK_B_ENV") {
+        Ok(vars) if b => vars
+            .split(';')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        _ => Vec::new(),
+    };
     let mut binary = Binary::start(Start {
-        program: Path::new(BIN),
+        program: Path::new(&program),
         args,
-        env: Vec::new(),
+        env,
         clear_env: true,
         grpc_port: grpc,
         http_port: http,
