@@ -31,7 +31,25 @@ use tollgate::telemetry::stats::registry::Statistics;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Transparent huge pages off for this process. mimalloc advises its arenas for them, and the
+/// kernel's khugepaged then fills a sparsely used 2 MiB range in whole when its scan comes by:
+/// RSS grew in steps of several MiB at the same minutes of every hour-long soak, whatever the
+/// load did (RELIABILITY.md, "the hour on an idle box"). A service of tens of MiB gains little
+/// from huge pages and an operator's memory limit wants RSS to follow the heap.
+/// `TOLLGATE_THP=on` keeps them.
+fn no_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if std::env::var("TOLLGATE_THP").as_deref() != Ok("on") {
+        // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and touches no memory of
+        // ours; it sets a flag on the process's address space (inherited by children).
+        unsafe {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    no_transparent_huge_pages();
     let mut argv = std::env::args_os();
     let argv0 = argv.next().unwrap_or_default();
     let (cli, notes) = if compat::invoked_as_ratelimit(&argv0) {

@@ -25,6 +25,7 @@ mod operator;
 mod readme;
 mod redis_tls;
 mod statsd;
+mod thp;
 mod three_regions;
 mod tracing;
 mod version;
