@@ -36,7 +36,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// RSS grew in steps of several MiB at the same minutes of every hour-long soak, whatever the
 /// load did (RELIABILITY.md, "the hour on an idle box"). A service of tens of MiB gains little
 /// from huge pages and an operator's memory limit wants RSS to follow the heap.
-/// `TOLLGATE_THP=on` keeps them.
+/// `TOLLGATE_THP=on` leaves the host's THP mode in force (with `always` the kernel still gives
+/// them; with `madvise` none come, since mimalloc is built without its advice, `no_thp`).
 fn no_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     if std::env::var("TOLLGATE_THP").as_deref() != Ok("on") {

@@ -17,7 +17,8 @@ fn thp_enabled(pid: u32) -> Option<String> {
 
 /// Transparent huge pages are off for tollgate's own process (docs/operations.md,
 /// "Memory"): with them, an idle instance held about twice its heap and grew in steps as the
-/// kernel's khugepaged filled out its allocator's pages. `TOLLGATE_THP=on` keeps them.
+/// kernel's khugepaged filled out its allocator's pages. `TOLLGATE_THP=on` leaves the
+/// host's setting in force.
 #[tokio::test]
 async fn transparent_huge_pages_are_off_unless_asked_for() {
     let config = TempConfig::new(

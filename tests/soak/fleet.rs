@@ -181,7 +181,7 @@ async fn start_instance(name: &str, dir: &Path, extra: Vec<String>) -> Binary {
     ]);
     // `TOLLGATE_SOAK_B_BIN` runs instance B from another build and `TOLLGATE_SOAK_B_ENV`
     // (`K=V;K=V`) adds to its environment: a heap profiler's preload, on a build with
-    // `--features system-allocator` (RELIABILITY.md, "Where memory goes").
+    // `--features system-allocator` (RELIABILITY.md, "the hour on an idle box").
     let b = name == "b";
     let program = match std::env::var("TOLLGATE_SOAK_B_BIN") {
         Ok(bin) if b => bin,
