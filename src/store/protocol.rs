@@ -169,32 +169,50 @@ impl<'p, 'a> Protocol<'p, 'a> {
     /// Per group with something to refund: the refunds that leave only what `verdict` lets
     /// land (`None`: refund everything, for a decision that failed or was abandoned).
     pub fn refunds(&self, verdict: Option<Verdict>) -> Vec<(usize, Vec<Refund>)> {
-        let mut out = Vec::new();
-        for (gi, g) in self.placed.groups.iter().enumerate() {
-            let refunds: Vec<Refund> = g
-                .charges
-                .iter()
-                .map(|&ci| {
-                    let landing = self.landings[ci];
-                    let overdraft = self.placed.charges[ci].params.overdraft;
-                    Refund {
-                        allowed: self.outcomes[ci].allowed,
-                        landing,
-                        refund: landing.added > 0 && !verdict.is_some_and(|v| v.lands(overdraft)),
-                    }
-                })
-                .collect();
-            if refunds.iter().any(|u| u.refund) {
-                out.push((gi, refunds));
-            }
-        }
-        out
+        refunds(self.placed, &self.outcomes, &self.landings, verdict)
+    }
+
+    /// The answers and what each charge left landed, index-aligned with the request's
+    /// charges: [`refunds`] of them (with no verdict) is what to refund if the caller gives
+    /// up, worked out only then.
+    pub fn into_parts(self) -> (Vec<ChargeOutcome>, Vec<Landing>) {
+        (self.outcomes, self.landings)
     }
 
     /// The answers, index-aligned with the request's charges.
     pub fn into_outcomes(self) -> Vec<ChargeOutcome> {
         self.outcomes
     }
+}
+
+/// Per group of `placed` with something to refund: the refunds that leave only what `verdict`
+/// lets land (`None`: refund everything), from each charge's outcome and landing.
+pub fn refunds(
+    placed: &Placed<'_>,
+    outcomes: &[ChargeOutcome],
+    landings: &[Landing],
+    verdict: Option<Verdict>,
+) -> Vec<(usize, Vec<Refund>)> {
+    let mut out = Vec::new();
+    for (gi, g) in placed.groups.iter().enumerate() {
+        let refunds: Vec<Refund> = g
+            .charges
+            .iter()
+            .map(|&ci| {
+                let landing = landings[ci];
+                let overdraft = placed.charges[ci].params.overdraft;
+                Refund {
+                    allowed: outcomes[ci].allowed,
+                    landing,
+                    refund: landing.added > 0 && !verdict.is_some_and(|v| v.lands(overdraft)),
+                }
+            })
+            .collect();
+        if refunds.iter().any(|u| u.refund) {
+            out.push((gi, refunds));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -283,10 +283,11 @@ pub fn annotate(attributes: impl FnOnce() -> Vec<KeyValue>) {
 }
 
 /// A child span of the current one (`None` when tracing is off), ended by the caller.
-pub fn child(name: &'static str, attributes: Vec<KeyValue>) -> Option<Context> {
+pub fn child(name: &'static str, attributes: impl FnOnce() -> Vec<KeyValue>) -> Option<Context> {
     if !enabled() {
         return None;
     }
+    let attributes = attributes();
     let parent = Context::current();
     let span = tracer()
         .span_builder(name)

@@ -105,7 +105,8 @@ impl LocalCache {
         if !self.enabled() {
             return Lookup::Miss;
         }
-        let mut outcomes = Vec::with_capacity(placed.charges.len());
+        // Made only while every charge so far is known exhausted: a miss allocates nothing.
+        let mut outcomes = Vec::new();
         let mut all = true;
         let mut any = false;
         for spec in &placed.charges {
@@ -116,11 +117,13 @@ impl LocalCache {
             match until {
                 Some(t) => {
                     any = true;
-                    outcomes.push(ChargeOutcome {
-                        allowed: false,
-                        remaining: 0,
-                        wait_us: (need <= spec.params.capacity()).then_some(t - now),
-                    });
+                    if all {
+                        outcomes.push(ChargeOutcome {
+                            allowed: false,
+                            remaining: 0,
+                            wait_us: (need <= spec.params.capacity()).then_some(t - now),
+                        });
+                    }
                 }
                 None => all = false,
             }

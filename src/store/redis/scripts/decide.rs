@@ -32,13 +32,14 @@ use super::script::{self, args, parse_reply, CallHead};
 use crate::algorithm::rule::ChargeOutcome;
 use crate::algorithm::rule::Mode;
 use crate::algorithm::rule::Verdict;
+use crate::algorithm::Landing;
 use crate::plan::Plan;
 use crate::store::error::Cause;
 use crate::store::error::StoreError;
 use crate::store::placement::{
     place, record_key_of, record_life_us, Group, Layout, Placed, PlacedCharge,
 };
-use crate::store::protocol::{Next, Protocol, Refund};
+use crate::store::protocol::{self, Next, Protocol, Refund};
 use crate::store::Taken;
 use crate::telemetry::counted::StoreOp;
 use crate::telemetry::logging;
@@ -55,9 +56,31 @@ pub(in crate::store::redis) struct RedisDecision<'a> {
 /// A decision's answers, and what it left in Redis.
 pub(in crate::store::redis) struct Decided {
     pub outcomes: Vec<ChargeOutcome>,
+    /// Per charge, what it left landed (empty: nothing); see [`Decided::leftovers`].
+    pub landings: Vec<Landing>,
+    /// Per group, the `now` it ran at (a refund answers at the same time).
+    pub group_now: Vec<i64>,
+}
+
+impl Decided {
+    /// A decision that left nothing landed.
+    pub fn nothing_landed(outcomes: Vec<ChargeOutcome>) -> Decided {
+        Decided {
+            outcomes,
+            landings: Vec::new(),
+            group_now: Vec::new(),
+        }
+    }
+
     /// What is left to refund if the caller gives up: per group, its refunds and the `now`
-    /// it ran at.
-    pub leftovers: Vec<(usize, Vec<Refund>, i64)>,
+    /// it ran at. Worked out only then (or for a held call), not for every decision.
+    pub fn leftovers(&self, placed: &Placed<'_>) -> Vec<(usize, Vec<Refund>, i64)> {
+        if self.landings.is_empty() {
+            return Vec::new();
+        }
+        let refunds = protocol::refunds(placed, &self.outcomes, &self.landings, None);
+        with_now(refunds, &self.group_now)
+    }
 }
 
 /// A decision in progress that must not stop halfway: a script call it awaits may already
@@ -140,7 +163,7 @@ impl Inner {
                     }
                     if let Err(Ok(decided)) = tx.send(Ok(decided)) {
                         // The caller gave up: nothing of this request may stay.
-                        task.refund(&placed, decided.leftovers, mode).await;
+                        task.refund(&placed, decided.leftovers(&placed), mode).await;
                     }
                 }
                 Err(e) => {
@@ -161,8 +184,8 @@ impl Inner {
                 match rx.await {
                     Ok(result) => result.map(|d| {
                         let taken = kept.map(|placed| Taken {
+                            leftovers: d.leftovers(&placed),
                             placed,
-                            leftovers: d.leftovers,
                             mode,
                         });
                         (d.outcomes, taken)
@@ -213,15 +236,15 @@ impl Inner {
         refunds: &[Refund],
     ) -> Result<script::Reply, StoreError> {
         let quota = call.placed.quota_descriptors;
-        let span = logging::child(
-            "redis EVALSHA",
+        // The attributes are made only when tracing is on: a decision pays nothing for them.
+        let span = logging::child("redis EVALSHA", || {
             vec![
                 KeyValue::new("db.system", "redis"),
                 KeyValue::new("tollgate.keys", g.keys.len() as i64),
                 KeyValue::new("tollgate.charges", g.charges.len() as i64),
                 KeyValue::new("tollgate.mode", mode.name()),
-            ],
-        );
+            ]
+        });
         let started = std::time::Instant::now();
         let record = mode.has_record().then(|| {
             let key = record_key_of(&specs[g.keys[0]].key, call.placed.slot);
@@ -316,10 +339,7 @@ impl Inner {
                 protocol.record(gi, reply?.answer);
             }
             if protocol.verdict() == Verdict::Deny {
-                return Ok(Decided {
-                    outcomes: protocol.into_outcomes(),
-                    leftovers: Vec::new(),
-                });
+                return Ok(Decided::nothing_landed(protocol.into_outcomes()));
             }
         }
         let mut protocol = Protocol::new(placed, mode);
@@ -368,10 +388,11 @@ impl Inner {
                 return Err(e);
             }
         }
-        let leftovers = with_now(protocol.refunds(None), &group_now);
+        let (outcomes, landings) = protocol.into_parts();
         Ok(Decided {
-            outcomes: protocol.into_outcomes(),
-            leftovers,
+            outcomes,
+            landings,
+            group_now,
         })
     }
 

@@ -59,10 +59,7 @@ impl Inner {
             }
         }
         self.opts.metrics.replica_reads.inc();
-        Some(Decided {
-            outcomes: protocol.into_outcomes(),
-            leftovers: Vec::new(),
-        })
+        Some(Decided::nothing_landed(protocol.into_outcomes()))
     }
 }
 
