@@ -92,6 +92,13 @@ scenarios() { # store redis_ports
   run "$s" "(h) sliding window (a minute), 1 hot key" "$p" -- --descriptor 'sw=hot'
 }
 
+# The transport's floor: `serve --disabled` answers every request OK without a store, so its
+# decisions per CPU-second are what gRPC alone costs (issue 62 compares the stores with it).
+echo "the floor: serve --disabled..." >&2
+start_tollgate disabled --disabled
+run "none (\`--disabled\`)" "(a) 1 descriptor, 10,000 keys" "" -- --descriptor 'key={key}' --keys 10000
+kill "$TG_PID"
+
 echo "memory store..." >&2
 start_tollgate memory
 scenarios memory ""
